@@ -1,0 +1,44 @@
+# One entry point for readers, contributors and CI.  `make help` lists the targets.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+N       ?=
+ARGS    ?=
+
+.PHONY: help install book test chapter execute unit clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+install: $(STAMP)  ## create .venv (if absent) and install the pinned stack and explr
+
+book: $(STAMP)  ## execute every chapter and build the HTML book into _build/html (fails on errors and warnings)
+	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+
+test: $(STAMP)  ## every test: unit tests, each chapter run small by papermill, nbval over the committed notebooks
+	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider
+
+unit: $(STAMP)  ## only the unit tests of src/ (fast)
+	$(PY) -m pytest tests -m "not chapters" -p no:cacheprovider
+
+chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters)
+	@test -n "$(N)" || { echo "usage: make chapter N=02 [ARGS='-p name value ...']"; exit 2; }
+	@nb=$$(ls book/$(N)_*.ipynb 2>/dev/null | head -n 1); \
+	test -n "$$nb" || { echo "no chapter book/$(N)_*.ipynb"; exit 2; }; \
+	mkdir -p _build/chapters && \
+	$(VENV)/bin/papermill "$$nb" "_build/chapters/$$(basename $$nb)" --cwd book $(ARGS)
+
+execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: make execute N=02
+	@test -n "$(N)" || { echo "usage: make execute N=02"; exit 2; }
+	cd book && ../$(VENV)/bin/jupyter execute --inplace $$(cd book && ls $(N)_*.ipynb | head -n 1)
+
+clean:  ## remove build output (keeps .venv)
+	rm -rf _build

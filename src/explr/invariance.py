@@ -1,0 +1,149 @@
+"""Scale invariance: make a network's loss scale invariant, and check how far it is.
+
+A loss is scale invariant in a group of parameters θ if L(cθ) = L(θ) for every c > 0.  A linear or
+convolutional layer followed by a normalisation layer (BN/GN/LN) is scale invariant in its weight.
+Lemma 1.3 of Li & Arora (after Arora et al. 2019) then gives
+
+    ⟨∇L(θ), θ⟩ = 0,      ∇L(cθ) = ∇L(θ) / c,      ∇²L(θ) θ = −∇L(θ).
+
+What breaks it in a real network: trainable affine parameters of the normalisation layers, the
+last (un-normalised) layer, biases of layers whose output is not normalised, the ``eps`` inside BN
+(L(cθ) ≠ L(θ) once c²·Var is comparable to eps) and BN's running statistics in eval mode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = [
+    "NORM_LAYERS",
+    "make_scale_invariant",
+    "InvarianceCheck",
+    "check_scale_invariance",
+    "trainable_parameters",
+    "flat_norm",
+    "effective_lr",
+]
+
+NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
+def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) pairs with ``requires_grad``, in ``named_parameters`` order."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def make_scale_invariant(model: nn.Module, last_layer: nn.Module | None = None) -> list[str]:
+    """Freeze what breaks scale invariance, in place, the way the paper's experiments do.
+
+    * affine parameters of every normalisation layer (frozen at their current values; a fixed
+      affine map after a normalisation keeps the layers before it scale invariant);
+    * the last layer (``last_layer``, default: the last ``nn.Linear`` in ``model.modules()``),
+      weight and bias frozen: a fixed random classifier costs little accuracy (Hoffer et al. 2018);
+    * the biases of all other linear/convolutional layers, set to zero and frozen: before a
+      normalisation a bias is cancelled anyway, elsewhere a nonzero bias would break the
+      homogeneity that makes the whole network scale invariant.
+
+    Returns the names of the parameters it froze.  Check the result with
+    :func:`check_scale_invariance` -- BN's ``eps`` and running statistics are not parameters.
+    """
+    if last_layer is None:
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError("make_scale_invariant: the model has no nn.Linear; pass last_layer=")
+        last_layer = linears[-1]
+    names = {id(p): n for n, p in model.named_parameters()}
+    frozen = []
+
+    def freeze(p, zero=False):
+        if p is not None and p.requires_grad:
+            with torch.no_grad():
+                if zero:
+                    p.zero_()
+            p.requires_grad_(False)
+            frozen.append(names[id(p)])
+
+    for module in model.modules():
+        if isinstance(module, NORM_LAYERS):
+            freeze(getattr(module, "weight", None))
+            freeze(getattr(module, "bias", None))
+        elif module is last_layer:
+            freeze(module.weight)
+            freeze(module.bias)
+        elif isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+            freeze(module.bias, zero=True)
+    return frozen
+
+
+@dataclass(frozen=True)
+class InvarianceCheck:
+    """One row of :func:`check_scale_invariance`.
+
+    ``loss_change``: max over the scales c of |L(c·θ_group) − L(θ)| / |L(θ)|.
+    ``grad_alignment``: |⟨∇_group L, θ_group⟩| / (‖∇_group L‖ ‖θ_group‖), 0 for an invariant group.
+    """
+
+    group: str
+    numel: int
+    loss_change: float
+    grad_alignment: float
+    invariant: bool
+
+
+def check_scale_invariance(model, loss_fn, inputs, targets, scales=(0.01, 0.1, 10.0, 100.0), rtol=1e-6):
+    """Report, per trainable parameter and for all of them jointly, whether L(cθ) = L(θ).
+
+    The model is evaluated in whatever mode it is in (train: batch statistics; eval: running
+    statistics).  Each parameter is scaled alone (with the others fixed) for every c in ``scales``,
+    then restored; the last row, ``"all trainable"``, scales every trainable parameter at once --
+    the invariance the exponential-LR theorems need.  ``invariant`` is loss_change ≤ ``rtol``.
+    """
+    params = trainable_parameters(model)
+    if not params:
+        raise ValueError("check_scale_invariance: the model has no trainable parameters")
+    if not scales or any(not c > 0 for c in scales):
+        raise ValueError(f"scales must be a non-empty list of numbers > 0; got {scales!r}")
+
+    def loss():
+        return loss_fn(model(inputs), targets)
+
+    base = loss()
+    grads = torch.autograd.grad(base, [p for _, p in params])
+    base = base.item()
+
+    @torch.no_grad()
+    def scaled_change(group):
+        worst = 0.0
+        for c in scales:
+            for p in group:
+                p.mul_(c)
+            worst = max(worst, abs(loss().item() - base) / abs(base))
+            for p in group:
+                p.div_(c)
+        return worst
+
+    rows = []
+    for (name, p), g in zip(params, grads):
+        change = scaled_change([p])
+        align = (g * p).sum().abs() / (g.norm() * p.norm()).clamp_min(1e-300)
+        rows.append(InvarianceCheck(name, p.numel(), change, align.item(), change <= rtol))
+    change = scaled_change([p for _, p in params])
+    dot = sum((g * p).sum() for (_, p), g in zip(params, grads)).abs()
+    norms = torch.sqrt(sum(g.square().sum() for g in grads)) * flat_norm([p for _, p in params])
+    rows.append(
+        InvarianceCheck("all trainable", sum(p.numel() for _, p in params), change,
+                        (dot / norms.clamp_min(1e-300)).item(), change <= rtol)
+    )
+    return rows
+
+
+def flat_norm(tensors) -> torch.Tensor:
+    """‖θ‖ of a list of tensors viewed as one flat vector."""
+    return torch.sqrt(sum(t.detach().square().sum() for t in tensors))
+
+
+def effective_lr(lr: float, params) -> float:
+    """lr / ‖θ‖²: the step size on the unit sphere of a scale-invariant group (Lemma 1.3, ∇L(cθ) = ∇L(θ)/c)."""
+    return lr / flat_norm(list(params)).item() ** 2

@@ -1,0 +1,322 @@
+"""Learning-rate schedules and their exact weight-decay-free equivalents.
+
+Convention (PyTorch SGD, no dampening, no Nesterov), step k = 0, 1, 2, ...::
+
+    v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k        (v_0 = 0)
+    θ_{k+1} = θ_k − lr_k v_{k+1}
+
+For a scale-invariant loss, L(cθ) = L(θ), Li & Arora (ICLR 2020) show that a run with weight
+decay is, in function space, the same as a run *without* weight decay whose learning rate grows
+exponentially.  Every converter here returns an :class:`EquivalentSchedule`: feed ``.lr`` and
+``.wd`` to SGD (same momentum) and its iterates are θ̃_k = ``scale[k]`` · θ_k, the same network.
+
+All converters share one exact construction (re-derived in the book, chapter 2): pick a ratio
+α_{k+1} = P_k / P_{k+1} for every step, set
+
+    lr̃_k = P_k P_{k+1} lr_k,      P_0 = 1,
+
+and the two runs stay equivalent iff the tilde run adds, at step k, the extra weight decay
+
+    c_k = (α_{k+1} − â_{k+1}) / (lr̃_k α_{k+1}),
+    â_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k)   (the last term is absent at k = 0).
+
+TEXP++ (Thm 2.13) chooses α_{k+1} = â_{k+1}, so no correction is ever needed.  The exponential
+schedule (Thm 2.1/2.5) and TEXP (Thm 2.12) keep α constant inside a phase of constant (lr, wd) --
+the larger root of x² − (1 + γ − lr·wd) x + γ = 0 -- which needs a correction only where a phase
+starts.  All arithmetic is float64 numpy; scales are accumulated in log space.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "EquivalentSchedule",
+    "alpha",
+    "exp_lr",
+    "texp",
+    "texp_plus_plus",
+    "texp_minus_minus",
+    "step_decay",
+    "cosine",
+    "CORRECTIONS",
+]
+
+#: Accepted values of the ``corrections`` argument of :func:`texp`.
+CORRECTIONS = ("all", "start", "none")
+
+
+@dataclass(frozen=True)
+class EquivalentSchedule:
+    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run.
+
+    Attributes
+    ----------
+    lr : (steps,) float64 -- learning rate of the equivalent run at step k.
+    wd : (steps,) float64 -- weight decay the equivalent run applies at step k (momentum
+        corrections; zero where none).  May be negative: add ``wd[k] * θ`` to the gradient.
+    scale : (steps + 1,) float64 -- P_k, with θ̃_k = P_k θ_k for k = 0..steps.
+    momentum : float -- the momentum γ both runs use.
+    name : str -- which construction produced it.
+    """
+
+    lr: np.ndarray
+    wd: np.ndarray
+    scale: np.ndarray
+    momentum: float
+    name: str
+
+    def __len__(self) -> int:
+        return len(self.lr)
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_momentum(momentum) -> float:
+    if np.ndim(momentum) != 0 or not math.isfinite(float(momentum)) or not 0.0 <= momentum < 1.0:
+        raise ValueError(f"momentum must be a number in [0, 1); got {momentum!r}")
+    return float(momentum)
+
+
+def _per_step(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
+    """Return ``value`` as a finite float64 array of length ``steps`` (scalars are broadcast)."""
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim > 1:
+        raise ValueError(f"{name} must be a scalar or a 1-D per-step array; got shape {arr.shape}")
+    if arr.ndim == 1 and steps is not None and len(arr) != steps:
+        raise ValueError(f"{name} has {len(arr)} entries but the schedule has {steps} steps")
+    if arr.ndim == 0:
+        if steps is None:
+            raise ValueError(f"{name} must be a per-step array here; got a scalar")
+        arr = np.full(steps, float(arr))
+    if len(arr) == 0:
+        raise ValueError(f"{name} is empty: a schedule needs at least one step")
+    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else (arr < 0))
+    if bad.any():
+        k = int(np.argmax(bad))
+        rule = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {rule} at every step; {name}[{k}] = {arr[k]!r}")
+    return arr
+
+
+def _check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be a positive integer; got {steps!r}")
+    return int(steps)
+
+
+# ----------------------------------------------------------------------------- the root α
+def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
+    """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ.
+
+    α is the larger root of x² − (1 + γ − λη) x + γ = 0 (Theorem 2.5; for γ = 0 it is
+    1 − λη, Theorem 2.1).  The roots are real iff λη ≤ (1 − √γ)²; the larger one then lies in
+    [√γ, 1] (Appendix A.1).  Standard values η = 0.1, λ = 5e-4, γ = 0.9 give α ≈ 0.9994977.
+
+    Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
+    λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
+    """
+    for name, v in (("lr", lr), ("wd", wd)):
+        if np.ndim(v) != 0 or not math.isfinite(float(v)):
+            raise ValueError(f"{name} must be a finite number; got {v!r}")
+    lr, wd, gamma = float(lr), float(wd), _check_momentum(momentum)
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0; got {lr!r}")
+    if wd < 0:
+        raise ValueError(f"wd must be >= 0; got {wd!r}")
+    product, limit = lr * wd, (1.0 - math.sqrt(gamma)) ** 2
+    if product > limit or (gamma == 0.0 and product >= 1.0):
+        raise ValueError(
+            f"lr*wd = {product:.6g} (lr={lr:g}, wd={wd:g}) is outside the valid range "
+            f"0 <= lr*wd {'<' if gamma == 0 else '<='} (1 - sqrt(momentum))^2 = {limit:.6g} for "
+            f"momentum={gamma:g}: x^2 - (1 + momentum - lr*wd) x + momentum = 0 has no positive "
+            "real root, so no exponential-LR equivalent exists"
+        )
+    b = 1.0 + gamma - product
+    disc = max(b * b - 4.0 * gamma, 0.0)  # may round to a tiny negative at the boundary
+    return (b + math.sqrt(disc)) / 2.0
+
+
+# ----------------------------------------------------------------------------- core construction
+def _phase_starts(lr: np.ndarray, wd: np.ndarray) -> np.ndarray:
+    """Boolean mask: True at k = 0 and wherever (lr_k, wd_k) differs from step k−1."""
+    starts = np.ones(len(lr), dtype=bool)
+    starts[1:] = (lr[1:] != lr[:-1]) | (wd[1:] != wd[:-1])
+    return starts
+
+
+def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSchedule:
+    """The shared construction of the module docstring.
+
+    ``target[k]`` is the chosen α_{k+1} (``None``: TEXP++'s α_{k+1} = â_{k+1}, no correction);
+    ``correct[k]`` says whether step k applies the correction c_k (otherwise c_k is dropped,
+    which is exact only where α_{k+1} = â_{k+1}).
+    """
+    steps = len(lr)
+    alphas = np.empty(steps)  # alphas[k] = α_{k+1}
+    extra = np.zeros(steps)
+    log_p = np.zeros(steps + 1)  # log P_k
+    log_lr = np.log(lr)
+    a_prev = 1.0
+    for k in range(steps):
+        a_hat = 1.0 - lr[k] * wd[k]
+        if k > 0:
+            a_hat += gamma * (lr[k] / lr[k - 1]) * (1.0 - 1.0 / a_prev)
+        a_next = a_hat if target is None else target[k]
+        if not a_next > 0:
+            raise ValueError(
+                f"{name}: the weight-shrink factor of step {k} is {a_next:.6g} <= 0 "
+                f"(lr={lr[k]:g}, wd={wd[k]:g}, momentum={gamma:g}); lr*wd is too large for an "
+                "equivalent schedule to exist"
+            )
+        alphas[k] = a_next
+        log_p[k + 1] = log_p[k] - math.log(a_next)
+        if correct is not None and correct[k]:
+            lr_tilde_k = math.exp(log_p[k] + log_p[k + 1] + log_lr[k])
+            extra[k] = (a_next - a_hat) / (lr_tilde_k * a_next)
+        a_prev = a_next
+    with np.errstate(over="ignore"):
+        lr_tilde = np.exp(log_p[:-1] + log_p[1:] + log_lr)
+        scale = np.exp(log_p)
+    if not (np.isfinite(lr_tilde).all() and np.isfinite(scale).all()):
+        k = int(np.argmax(~np.isfinite(lr_tilde)))
+        raise OverflowError(
+            f"{name}: the equivalent learning rate exceeds float64 at step {k} "
+            f"(log lr = {log_p[k] + log_p[k + 1] + log_lr[k]:.1f}); shorten the schedule or train "
+            "with periodic equivalent rescaling (explr.scheduler)"
+        )
+    return EquivalentSchedule(lr=lr_tilde, wd=extra, scale=scale, momentum=gamma, name=name)
+
+
+# ----------------------------------------------------------------------------- public converters
+def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correction: bool = True) -> EquivalentSchedule:
+    """Constant LR η + WD λ  ≡  exponential LR without WD (Theorems 2.1 and 2.5).
+
+    lr̃_k = η α^{−2k−1},  θ̃_k = α^{−k} θ_k,  with α = :func:`alpha` (η, λ, γ).
+
+    With momentum the tilde run must start with the right momentum (the paper sets
+    θ̃_{−1} = α θ_0).  With PyTorch's zero initial buffer this is a one-step extra weight decay
+    at step 0, c_0 = (α − (1 − λη)) / (lr̃_0 α)  (negative for λ > 0, zero when γ = 0).
+    ``start_correction=False`` drops it, to show the error that follows.
+    """
+    steps = _check_steps(steps)
+    a = alpha(lr, wd, momentum)
+    gamma = float(momentum)
+    lr_arr, wd_arr = np.full(steps, float(lr)), np.full(steps, float(wd))
+    correct = np.zeros(steps, dtype=bool)
+    correct[0] = start_correction
+    return _equivalent(lr_arr, wd_arr, gamma, "exp_lr", target=np.full(steps, a), correct=correct)
+
+
+def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
+    """Tapered exponential LR (TEXP, Theorem 2.12) for a piecewise-constant schedule.
+
+    ``lr`` is a per-step array (e.g. from :func:`step_decay`), ``wd`` a scalar or per-step array.
+    A phase I is a maximal run of steps with constant (η*_I, λ_I); α*_I = :func:`alpha` (η*_I, λ_I, γ).
+    The equivalent LR is lr̃_0 = η*_0 / α*_0, grows by (α*_I)^{−2} per step inside phase I and
+    by (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where phase I starts.
+
+    Exactness needs a momentum correction where each phase starts (one-step extra WD,
+    see the module docstring).  ``corrections``: ``"all"`` (exact), ``"start"`` (only at
+    step 0: the phase corrections are tiny for standard values) or ``"none"``.
+    """
+    if corrections not in CORRECTIONS:
+        raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
+    gamma = _check_momentum(momentum)
+    lr_arr = _per_step("lr", lr, None, positive=True)
+    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    starts = _phase_starts(lr_arr, wd_arr)
+    target = np.empty(len(lr_arr))
+    for k in np.flatnonzero(starts):
+        try:
+            a = alpha(lr_arr[k], wd_arr[k], gamma)
+        except ValueError as err:
+            raise ValueError(f"texp: phase starting at step {k}: {err}") from None
+        target[k:] = a  # overwritten by the next phase
+    if corrections == "all":
+        correct = starts
+    else:
+        correct = np.zeros(len(lr_arr), dtype=bool)
+        correct[0] = corrections == "start"
+    return _equivalent(lr_arr, wd_arr, gamma, f"texp[{corrections}]", target=target, correct=correct)
+
+
+def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
+    """TEXP++ (Theorem 2.13): exact for *any* per-step schedule, no momentum correction.
+
+    α_1 = 1 − lr_0 wd_0,   α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k),
+    P_k = ∏_{i=1..k} 1/α_i,   lr̃_k = P_k P_{k+1} lr_k,   θ̃_k = P_k θ_k.
+
+    ``lr``: per-step array (> 0); ``wd``: scalar or per-step array (>= 0).
+    """
+    gamma = _check_momentum(momentum)
+    lr_arr = _per_step("lr", lr, None, positive=True)
+    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    return _equivalent(lr_arr, wd_arr, gamma, "texp++")
+
+
+def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
+    """TEXP-- (Section 5): TEXP without the instant LR drop at phase boundaries.
+
+    Only the growth rate changes between phases, from (α*_{I−1})^{−2} to (α*_I)^{−2}.  Since α*
+    depends on η*λ only, this is exactly TEXP of a *constant* LR η*_0 whose WD is cut to
+    λ_I η*_I / η*_0 in phase I -- which is the run this schedule is equivalent to (``scale``
+    relates to that run, not to the step-decay run passed in).
+    """
+    lr_arr = _per_step("lr", lr, None, positive=True)
+    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    constant = np.full(len(lr_arr), lr_arr[0])
+    result = texp(constant, wd_arr * lr_arr / lr_arr[0], momentum, corrections=corrections)
+    return EquivalentSchedule(result.lr, result.wd, result.scale, result.momentum, f"texp--[{corrections}]")
+
+
+# ----------------------------------------------------------------------------- ordinary schedules
+def _check_positive_int(name, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
+
+
+def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), factor: float = 0.1) -> np.ndarray:
+    """Per-step LR of Step Decay (Definition 2.11): ``lr`` × ``factor``^(number of milestones ≤ epoch).
+
+    ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
+    by ``factor`` ∈ (0, 1].
+    """
+    epochs = _check_positive_int("epochs", epochs)
+    steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
+    if not (np.ndim(lr) == 0 and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    if not (np.ndim(factor) == 0 and 0 < factor <= 1):
+        raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
+    ms = np.asarray(list(milestones), dtype=np.int64)
+    if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
+        raise ValueError(
+            f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
+            f"got {list(milestones)!r}"
+        )
+    epoch_of_step = np.arange(epochs * steps_per_epoch) // steps_per_epoch
+    drops = np.searchsorted(ms, epoch_of_step, side="right")
+    return float(lr) * float(factor) ** drops
+
+
+def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> np.ndarray:
+    """Per-step cosine LR (Loshchilov & Hutter 2016) without restarts: η_t = lr (1 + cos(π t / T)) / 2.
+
+    ``per="epoch"``: t = epoch index, T = ``epochs`` (constant inside each epoch -- the form the
+    paper's cosine/exponential hybrid converts with TEXP).  ``per="step"``: t = step, T = total
+    steps.  t never reaches T, so every LR is > 0.
+    """
+    epochs = _check_positive_int("epochs", epochs)
+    steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
+    if not (np.ndim(lr) == 0 and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    steps = np.arange(epochs * steps_per_epoch)
+    if per == "epoch":
+        t, total = steps // steps_per_epoch, epochs
+    elif per == "step":
+        t, total = steps, epochs * steps_per_epoch
+    else:
+        raise ValueError(f"per must be 'epoch' or 'step'; got {per!r}")
+    return float(lr) * (1.0 + np.cos(np.pi * t / total)) / 2.0

@@ -1,0 +1,70 @@
+"""Every chapter: well-formed, and executed end to end by papermill with small parameters.
+
+nbval (``pytest book --nbval-lax``, part of ``make test``) separately re-runs the committed
+notebooks with their default parameters and compares the cells tagged ``nbval-check-output``.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
+
+# Small parameters for the papermill smoke run of each chapter (seconds, not minutes).
+SMOKE = {
+    "01_scale_invariance": {"steps": 20},
+    "02_wd_exp_lr": {"steps": 200, "record_every": 5},
+}
+
+
+def cells(chapter):
+    return json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
+
+
+def tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def test_every_chapter_is_in_the_table_of_contents_and_vice_versa():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [Path(c["file"]).name for c in toc["chapters"]]
+    assert sorted(files) == CHAPTERS
+    assert files == sorted(files), "chapters are listed in order"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_is_well_formed(chapter):
+    cs = cells(chapter)
+    code = [c for c in cs if c["cell_type"] == "code"]
+    params = [c for c in code if "parameters" in tags(c)]
+    assert len(params) == 1, "exactly one cell tagged 'parameters'"
+    names = set(re.findall(r"^(\w+)\s*=", "".join(params[0]["source"]), flags=re.M))
+    assert set(SMOKE.get(chapter, {})) <= names, "smoke parameters must exist in the parameters cell"
+    assert any("nbval-check-output" in tags(c) for c in code), "some result cells are checked by nbval"
+    assert any(re.search(r"^\s*assert ", "".join(c["source"]), flags=re.M) for c in code), "claims are asserted"
+    assert cs[0]["cell_type"] == "markdown" and "".join(cs[0]["source"]).lstrip().startswith(("(", "#"))
+    for c in code:
+        for out in c.get("outputs", []):
+            assert out.get("output_type") != "error", "committed notebook holds an error output"
+            assert out.get("name") != "stderr" or "Warning" not in "".join(out.get("text", "")), "warnings in outputs"
+    assert all(c.get("execution_count") for c in code), "commit the notebook executed, in order"
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_runs_with_small_parameters(chapter, tmp_path):
+    import papermill as pm
+
+    assert chapter in SMOKE, f"add smoke parameters for {chapter} to SMOKE in {__file__}"
+    pm.execute_notebook(
+        str(BOOK / f"{chapter}.ipynb"),
+        str(tmp_path / f"{chapter}.ipynb"),
+        parameters=SMOKE[chapter],
+        cwd=str(BOOK),
+        kernel_name="python3",
+        progress_bar=False,
+    )
