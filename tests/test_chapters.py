@@ -18,6 +18,10 @@ CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
 SMOKE = {
     "01_scale_invariance": {"steps": 20},
     "02_wd_exp_lr": {"steps": 200, "record_every": 5},
+    # "03_multi_phase": {...},
+    # "04_bn_wd_counterexample": {...},
+    # "05_continuous_time": {...},
+    # "06_cifar10": {...},
 }
 
 
