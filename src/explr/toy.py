@@ -1,0 +1,370 @@
+"""The toy model of Li & Arora's Section 3: BN and WD each converge, together they do not.
+
+Setting (Li & Arora, ICLR 2020, Sec. 3 and Thm 3.1 / A.6).  Inputs x ~ N(0, I_m), m >= 3, labels
+y = sign(x_1), logistic loss ℓ(z) = ln(1 + e^{−z}) of the margin z = y f(x), mini-batches of B fresh
+samples, plain SGD (no momentum) with learning rate η.  Three models of one weight vector w ∈ R^m:
+
+* ``"wd"``    f = wᵀx, with weight decay λ (a strongly convex objective);
+* ``"bn"``    f = wᵀx / ‖w‖: a linear layer followed by *population* batch normalisation with scale 1
+  and bias 0 (wᵀx ~ N(0, ‖w‖²), so BN divides by ‖w‖); scale invariant, no weight decay;
+* ``"bn+wd"`` the same with weight decay λ.
+
+One SGD step on a batch (x_b, y_b), b = 1..B, with u = w/‖w‖ and s_b = −σ(−y_b f(x_b)) y_b / B:
+
+    WD model:  ∇ = Σ_b s_b x_b + λ w
+    BN models: ∇ = (I − u uᵀ) Σ_b s_b x_b / ‖w‖ (+ λ w)           (Lemma 1.3: the loss part is ⊥ w)
+    w ← w − η ∇.
+
+:func:`simulate` runs all seeds (and all requested models) as one batch of tensors: every step is a
+handful of tensor operations on shape (models, seeds, ...), with no Python loop over seeds.  Runs of
+the same seed share their initial point and their mini-batches (common random numbers).
+
+Quantities of the theorem (all exact for this data distribution):
+
+* training (= test) error of a linear classifier: P(sign(wᵀx) ≠ sign(x_1)) = ∠(w, e_1)/π;
+* Thm 3.1: for 0 < ε < √(ηλ/2) and any T_0, with probability >= 1 − δ the error exceeds ε/π at least
+  once in the T_1 + T_2 steps after T_0, where
+  T_1 = ln(64 ‖w_{T_0}‖² ε √B / (η √(m−2))) / (2(ηλ − 2ε²)) and T_2 = 9 ln(1/δ);
+* the expected loss of the BN models is *linear* in cos∠(w, e_1):  with u = w/‖w‖,
+
+      E ℓ(y uᵀx) = E_z[ln(1 + e^z)] − u_1/√(2π)            (z ~ N(0, 1); re-derived here)
+
+  because ℓ(t) = ℓ(−t) − t splits ℓ(y p) into an even function of p = uᵀx ~ N(0, 1) minus y p/2, and
+  E[y p] = u_1 E|x_1| = u_1 √(2/π).  So the full-batch (B = ∞) gradient is −(I − u uᵀ) e_1/(√(2π)‖w‖)
+  (:func:`population_grad`): the pull toward e_1 has size sin∠(w, e_1)/(√(2π)‖w‖);
+* the angle between consecutive iterates.  For a scale-invariant loss with WD,
+  ‖w_{t+1}‖² = (1 − ηλ)²‖w_t‖² + η²‖∇L‖², hence cos∠(w_t, w_{t+1}) = (1 − ηλ)‖w_t‖/‖w_{t+1}‖ exactly and
+  mean_t[−ln cos θ_t] = −ln(1 − ηλ) + ln(‖w_b‖/‖w_a‖)/(b − a) over any window a..b: once the norm is in
+  equilibrium the RMS angular step is √(−2 ln(1 − ηλ)) ≈ √(2ηλ) (:func:`angular_identity_gap`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = [
+    "MODELS",
+    "ToyRun",
+    "sample_batch",
+    "logistic_loss",
+    "loss_grad",
+    "population_grad",
+    "simulate",
+    "angle_to_e1",
+    "training_error",
+    "step_angle",
+    "theorem_T1",
+    "theorem_T2",
+    "WindowCheck",
+    "check_window_claim",
+    "returning_level",
+    "longest_stretch_at_or_below",
+    "angular_identity_gap",
+    "equilibrium_step_angle",
+    "loglog_slope",
+]
+
+#: The three models of Sec. 3, by name: (uses population BN, uses weight decay).
+MODELS = {"wd": (False, True), "bn": (True, False), "bn+wd": (True, True)}
+
+
+# ----------------------------------------------------------------------------- validation
+def _positive(name, value, integer=False, minimum=None):
+    ok = np.ndim(value) == 0 and math.isfinite(float(value))
+    if integer:
+        ok = ok and float(value) == int(value)
+    lo = 1 if minimum is None else minimum
+    if not ok or (integer and int(value) < lo) or (not integer and not float(value) > 0):
+        rng = f"an integer >= {lo}" if integer else "a finite number > 0"
+        raise ValueError(f"{name} must be {rng}; got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _check_models(models):
+    models = tuple(models)
+    bad = [m for m in models if m not in MODELS]
+    if not models or bad:
+        raise ValueError(f"models must be a non-empty subset of {tuple(MODELS)}; got {models!r}")
+    return models
+
+
+# ----------------------------------------------------------------------------- data and loss
+def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=torch.float64):
+    """A fresh mini-batch per seed: x of shape (seeds, B, m) with x ~ N(0, I_m), y = sign(x_1) of shape (seeds, B)."""
+    seeds = _positive("seeds", seeds, integer=True)
+    batch_size = _positive("batch_size", batch_size, integer=True)
+    dim = _positive("dim", dim, integer=True, minimum=3)
+    x = torch.randn(seeds, batch_size, dim, generator=generator, dtype=dtype)
+    return x, torch.sign(x[..., 0])
+
+
+def _output(w, x, bn):
+    """f(x) for weights w (..., m) and inputs x (..., B, m): wᵀx, or wᵀx/‖w‖ with population BN."""
+    f = torch.einsum("...m,...bm->...b", w, x)
+    return f / w.norm(dim=-1, keepdim=True) if bn else f
+
+
+def logistic_loss(w, x, y, model: str, wd: float = 0.0):
+    """Mean logistic loss over the batch plus (λ/2)‖w‖² for the WD models, per seed: shape w.shape[:-1].
+
+    A plain autograd-friendly reference for :func:`loss_grad`; ``wd`` is ignored for ``"bn"``.
+    """
+    bn, uses_wd = MODELS[_check_models([model])[0]]
+    loss = torch.nn.functional.softplus(-y * _output(w, x, bn)).mean(-1)
+    return loss + 0.5 * wd * (w * w).sum(-1) if uses_wd else loss
+
+
+def loss_grad(w, x, y, bn, wd):
+    """Analytic ∇_w of :func:`logistic_loss`, for stacked models: w (K, S, m), x (S, B, m), y (S, B).
+
+    ``bn`` and ``wd`` broadcast against (K, S, 1): a bool tensor (population BN or not) and the weight
+    decay of each model.  Formula in the module docstring.  Cost: two einsums over (K, S, B, m).
+    """
+    norm = w.norm(dim=-1, keepdim=True)
+    v = torch.where(bn, w / norm, w)                         # the direction that meets the data
+    margin = torch.einsum("ksm,sbm->ksb", v, x) * y
+    s = -torch.sigmoid(-margin) * y / x.shape[-2]            # dℓ/df per sample, batch-averaged
+    g = torch.einsum("ksb,sbm->ksm", s, x)                   # ∂L/∂v
+    g_bn = (g - (g * v).sum(-1, keepdim=True) * v) / norm    # chain rule through v = w/‖w‖
+    return torch.where(bn, g_bn, g) + wd * w
+
+
+def population_grad(w, wd):
+    """∇_w of the expected loss of the BN models (B = ∞): −(I − u uᵀ) e_1 / (√(2π) ‖w‖) + λ w, u = w/‖w‖.
+
+    ``w`` (..., m); ``wd`` broadcasts against (..., 1).  See the module docstring for the derivation.
+    """
+    norm = w.norm(dim=-1, keepdim=True)
+    u = w / norm
+    e1 = torch.zeros_like(w)
+    e1[..., 0] = 1
+    return -(e1 - u[..., :1] * u) / (math.sqrt(2 * math.pi) * norm) + wd * w
+
+
+# ----------------------------------------------------------------------------- geometry
+def angle_to_e1(w):
+    """∠(w, e_1) in [0, π] for w (..., m), computed as atan2(‖w_{2:m}‖, w_1) (accurate near 0 and π)."""
+    w = torch.as_tensor(w)
+    return torch.atan2(w[..., 1:].norm(dim=-1), w[..., 0])
+
+
+def training_error(w):
+    """Population error of the linear classifier sign(wᵀx) on x ~ N(0, I), y = sign(x_1): ∠(w, e_1)/π.
+
+    (The sign of a Gaussian projects onto a uniform direction in span(w, e_1); the two half-planes
+    disagree on a wedge of angle 2∠(w, e_1) out of 2π.)  Population BN does not change the sign.
+    """
+    return angle_to_e1(w) / math.pi
+
+
+def step_angle(w_prev, w_next):
+    """∠(w_prev, w_next) per row, as 2 atan2(‖â − b̂‖, ‖â + b̂‖) (accurate for tiny angles too)."""
+    a = w_prev / w_prev.norm(dim=-1, keepdim=True)
+    b = w_next / w_next.norm(dim=-1, keepdim=True)
+    return 2 * torch.atan2((a - b).norm(dim=-1), (a + b).norm(dim=-1))
+
+
+# ----------------------------------------------------------------------------- simulation
+@dataclass(frozen=True)
+class ToyRun:
+    """What :func:`simulate` records, at every step, for every model and seed (numpy float64).
+
+    error : (steps + 1, K, S) -- training error ∠(w_t, e_1)/π, t = 0..steps.
+    norm : (steps + 1, K, S) -- ‖w_t‖.
+    step_angle : (steps, K, S) -- ∠(w_t, w_{t+1}).
+    models : the K model names; lr, wd, batch_size, dim : the hyperparameters (wd is that of the WD models).
+    """
+
+    error: np.ndarray
+    norm: np.ndarray
+    step_angle: np.ndarray
+    models: tuple
+    lr: float
+    wd: float
+    batch_size: int
+    dim: int
+
+    def __getitem__(self, model):
+        """(error, norm, step_angle) of one model, each of shape (time, seeds)."""
+        k = self.models.index(model)
+        return self.error[:, k], self.norm[:, k], self.step_angle[:, k]
+
+
+def simulate(
+    models=tuple(MODELS),
+    *,
+    steps: int,
+    seeds: int,
+    batch_size: int,
+    lr: float,
+    wd: float,
+    dim: int = 10,
+    norm0: float = 1.0,
+    seed: int = 0,
+    dtype=torch.float32,
+) -> ToyRun:
+    """SGD on the toy problem for all ``models`` × ``seeds`` at once, recording every step.
+
+    Each seed starts from one uniformly random direction with ‖w_0‖ = ``norm0`` (the same for every
+    model) and draws a fresh batch of ``batch_size`` samples per step, shared by all models of that
+    seed.  ``wd`` is λ of the ``"wd"`` and ``"bn+wd"`` models (``"bn"`` uses none).  Reproducible from
+    ``seed``.  float32 (default) is ~4x faster on a CPU than float64 and ample for the recorded angles.
+    """
+    models = _check_models(models)
+    steps = _positive("steps", steps, integer=True)
+    seeds = _positive("seeds", seeds, integer=True)
+    batch_size = _positive("batch_size", batch_size, integer=True)
+    dim = _positive("dim", dim, integer=True, minimum=3)
+    lr = _positive("lr", lr)
+    norm0 = _positive("norm0", norm0)
+    if not (np.ndim(wd) == 0 and math.isfinite(float(wd)) and 0.0 <= float(wd) and float(wd) * lr < 1.0):
+        raise ValueError(f"wd must be a number with 0 <= wd and lr * wd < 1; got {wd!r}")
+    gen = torch.Generator().manual_seed(int(seed))
+    K = len(models)
+    bn = torch.tensor([MODELS[m][0] for m in models]).view(K, 1, 1)
+    lam = torch.tensor([float(wd) if MODELS[m][1] else 0.0 for m in models], dtype=dtype).view(K, 1, 1)
+
+    w0 = torch.randn(seeds, dim, generator=gen, dtype=dtype)
+    w = (norm0 * w0 / w0.norm(dim=-1, keepdim=True)).expand(K, seeds, dim).clone()
+    error = torch.empty(steps + 1, K, seeds, dtype=dtype)
+    norm = torch.empty(steps + 1, K, seeds, dtype=dtype)
+    angle = torch.empty(steps, K, seeds, dtype=dtype)
+    error[0], norm[0] = training_error(w), w.norm(dim=-1)
+    for t in range(steps):
+        x, y = sample_batch(seeds, batch_size, dim, gen, dtype)
+        w_next = w - lr * loss_grad(w, x, y, bn, lam)
+        angle[t] = step_angle(w, w_next)
+        w = w_next
+        error[t + 1], norm[t + 1] = training_error(w), w.norm(dim=-1)
+    as_np = lambda a: a.double().numpy()  # noqa: E731
+    return ToyRun(as_np(error), as_np(norm), as_np(angle), models, lr, float(wd), batch_size, dim)
+
+
+# ----------------------------------------------------------------------------- the theorem
+def _check_eps(eps, lr, wd):
+    limit = math.sqrt(lr * wd / 2)
+    if not (np.ndim(eps) == 0 and 0 < float(eps) < limit):
+        raise ValueError(f"eps must be in (0, sqrt(lr*wd/2)) = (0, {limit:.6g}); got {eps!r}")
+    return float(eps)
+
+
+def theorem_T1(norm, *, lr, wd, eps, batch_size, dim):
+    """T_1 of Thm 3.1 at ‖w_{T_0}‖ = ``norm`` (array ok): ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)).
+
+    Needs 0 < ε < √(ηλ/2) and m >= 3.  Where the logarithm is negative the norm is already below the
+    proof's threshold ‖w‖² <= η√(m−2)/(64 ε √B) and T_1 = 0 (returned clipped at 0).
+    """
+    lr, wd = _positive("lr", lr), _positive("wd", wd)
+    eps = _check_eps(eps, lr, wd)
+    batch_size = _positive("batch_size", batch_size, integer=True)
+    dim = _positive("dim", dim, integer=True, minimum=3)
+    arg = 64 * np.asarray(norm, dtype=np.float64) ** 2 * eps * math.sqrt(batch_size) / (lr * math.sqrt(dim - 2))
+    return np.maximum(np.log(arg) / (2 * (lr * wd - 2 * eps**2)), 0.0)
+
+
+def theorem_T2(delta):
+    """T_2 = 9 ln(1/δ) of Thm 3.1 (each step leaves the cone with probability >= 1/9 once ‖w‖ is small)."""
+    if not (np.ndim(delta) == 0 and 0 < float(delta) < 1):
+        raise ValueError(f"delta must be in (0, 1); got {delta!r}")
+    return 9 * math.log(1 / float(delta))
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """Result of :func:`check_window_claim`.
+
+    windows : number of (seed, T_0) windows that fit in the run and were checked.
+    violations : how many of them never saw the error exceed ε/π.
+    length : (windows,) the window lengths ⌊T_1 + T_2⌋ in steps.
+    """
+
+    windows: int
+    violations: int
+    length: np.ndarray
+
+    @property
+    def violation_rate(self) -> float:
+        return self.violations / max(self.windows, 1)
+
+
+def check_window_claim(error, norm, *, lr, wd, eps, delta, batch_size, dim, starts=None) -> WindowCheck:
+    """Check Thm 3.1 on recorded runs: for each seed and each start T_0, does the error exceed ε/π at some
+    t ∈ {T_0, …, T_0 + ⌊T_1(‖w_{T_0}‖) + T_2⌋}?
+
+    ``error``, ``norm``: (steps + 1, seeds) of one BN+WD run.  ``starts``: the T_0 to try (default: all);
+    windows that run past the end are skipped.  The theorem allows a fraction δ of violations.
+    """
+    error, norm = np.asarray(error), np.asarray(norm)
+    if error.shape != norm.shape or error.ndim != 2:
+        raise ValueError(f"error and norm must both have shape (steps + 1, seeds); got {error.shape}, {norm.shape}")
+    n = error.shape[0]
+    starts = np.arange(n) if starts is None else np.asarray(starts, dtype=int)
+    if starts.size == 0 or starts.min() < 0 or starts.max() >= n:
+        raise ValueError(f"starts must be indices in [0, {n}); got {starts!r}")
+    # next_exceed[t] = first t' >= t with error > ε/π (n if none)
+    t = np.arange(n)[:, None]
+    idx = np.where(error > eps / math.pi, t, n)
+    next_exceed = np.minimum.accumulate(idx[::-1], axis=0)[::-1]
+    length = np.floor(theorem_T1(norm[starts], lr=lr, wd=wd, eps=eps, batch_size=batch_size, dim=dim)
+                      + theorem_T2(delta)).astype(int)
+    end = starts[:, None] + length
+    fits = end < n
+    ok = next_exceed[starts] <= end
+    return WindowCheck(int(fits.sum()), int((fits & ~ok).sum()), length[fits])
+
+
+def returning_level(error, window: int):
+    """The largest level the error exceeds in *every* window of ``window`` consecutive steps, per seed.
+
+    min over t of max(error[t : t + window]); ``error`` of shape (time, seeds) → (seeds,).
+    """
+    error = np.asarray(error)
+    window = _positive("window", window, integer=True)
+    if window > error.shape[0]:
+        raise ValueError(f"window must be <= the number of recorded steps {error.shape[0]}; got {window}")
+    view = np.lib.stride_tricks.sliding_window_view(error, window, axis=0)
+    return view.max(axis=-1).min(axis=0)
+
+
+def longest_stretch_at_or_below(error, level):
+    """Longest run of consecutive steps with error <= ``level``, per seed; ``error`` (time, seeds)."""
+    below = np.asarray(error) <= level
+    best = np.zeros(below.shape[1], dtype=int)
+    run = np.zeros(below.shape[1], dtype=int)
+    for row in below:  # a loop over time on (seeds,) vectors: cheap
+        run = np.where(row, run + 1, 0)
+        best = np.maximum(best, run)
+    return best
+
+
+def equilibrium_step_angle(lr, wd):
+    """√(2ηλ): the RMS angle between consecutive iterates of SGD + WD on a scale-invariant loss in
+    norm equilibrium (to first order in ηλ; exact: √(−2 ln(1 − ηλ)) for the mean of −2 ln cos θ)."""
+    return math.sqrt(2 * _positive("lr", lr) * _positive("wd", wd))
+
+
+def angular_identity_gap(step_angle, norm, *, lr, wd):
+    """Exact identity for SGD + WD on a scale-invariant loss, per seed: over the recorded window,
+
+        mean_t[−ln cos θ_t] − ( −ln(1 − ηλ) + ln(‖w_end‖/‖w_start‖)/n )   (= 0 up to rounding),
+
+    where θ_t = ∠(w_t, w_{t+1}), t = start..end−1, n = end − start.  ``step_angle`` (n, seeds) and
+    ``norm`` (n + 1, seeds) of the same window.
+    """
+    step_angle, norm = np.asarray(step_angle), np.asarray(norm)
+    n = step_angle.shape[0]
+    if norm.shape[0] != n + 1:
+        raise ValueError(f"norm must have one more row than step_angle; got {norm.shape[0]} and {n}")
+    predicted = -math.log(1 - lr * wd) + np.log(norm[-1] / norm[0]) / n
+    return (-np.log(np.cos(step_angle))).mean(axis=0) - predicted
+
+
+def loglog_slope(x, y):
+    """Least-squares slope of ln y against ln x (the exponent p of y ∝ x^p)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.size < 2 or (x <= 0).any() or (y <= 0).any():
+        raise ValueError("x and y must be positive arrays of the same shape with at least 2 points")
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
