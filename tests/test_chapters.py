@@ -18,7 +18,7 @@ CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
 SMOKE = {
     "01_scale_invariance": {"steps": 20},
     "02_wd_exp_lr": {"steps": 200, "record_every": 5},
-    # "03_multi_phase": {...},
+    "03_multi_phase": {"epochs": 40, "milestones": [20, 30]},
     "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100},
     # "05_continuous_time": {...},
     # "06_cifar10": {...},

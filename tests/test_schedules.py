@@ -171,6 +171,10 @@ def test_step_decay():
         step_decay(0.1, 10, 3, [7, 4])
     with pytest.raises(ValueError, match="milestones"):
         step_decay(0.1, 10, 3, [10])
+    with pytest.raises(ValueError, match="sequence of integer epochs"):
+        step_decay(0.1, 10, 3, "(4, 7)")
+    with pytest.raises(ValueError, match="sequence of integer epochs"):
+        step_decay(0.1, 10, 3, [4.5])
     with pytest.raises(ValueError, match="factor"):
         step_decay(0.1, 10, 3, [5], factor=2.0)
     with pytest.raises(ValueError, match="epochs must be a positive integer"):

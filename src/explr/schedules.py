@@ -290,7 +290,12 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
     if not (np.ndim(factor) == 0 and 0 < factor <= 1):
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
-    ms = np.asarray(list(milestones), dtype=np.int64)
+    try:
+        ms = np.asarray([int(m) for m in milestones if int(m) == m], dtype=np.int64)
+    except (TypeError, ValueError):
+        ms = None
+    if ms is None or len(ms) != len(list(milestones)):
+        raise ValueError(f"milestones must be a sequence of integer epochs; got {milestones!r}")
     if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
         raise ValueError(
             f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
