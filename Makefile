@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 N       ?=
 ARGS    ?=
 
-.PHONY: help install book test chapter execute unit clean
+.PHONY: help install book test browser-check chapter execute unit clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -23,11 +23,15 @@ install: $(STAMP)  ## create .venv (if absent) and install the pinned stack and 
 book: $(STAMP)  ## execute every chapter and build the HTML book into _build/html (fails on errors and warnings)
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
-test: $(STAMP)  ## every test: unit tests, each chapter run small by papermill, nbval over the committed notebooks
-	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider
+test: $(STAMP)  ## every test: unit tests, each chapter run small by papermill, nbval over the committed notebooks, browser check
+	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=tests/browser
+	@$(MAKE) --no-print-directory browser-check
+
+browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
+	$(PY) -m pytest tests/browser -p no:cacheprovider
 
 unit: $(STAMP)  ## only the unit tests of src/ (fast)
-	$(PY) -m pytest tests -m "not chapters" -p no:cacheprovider
+	$(PY) -m pytest tests -m "not chapters" -p no:cacheprovider --ignore=tests/browser
 
 chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters)
 	@test -n "$(N)" || { echo "usage: make chapter N=02 [ARGS='-p name value ...']"; exit 2; }
