@@ -1,12 +1,15 @@
 """Networks used in the book.
 
 ``bn_mlp``: a small batch-normalised MLP for the 8×8 digits (chapters 1--3 and 5).
+``PreResNet`` / ``preresnet``: the pre-activation ResNet for CIFAR (He et al. 2016, "Identity mappings in
+deep residual networks"), depth 6n+2, in the scale-invariant form of Li & Arora (2020), Section 5.
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-__all__ = ["bn_mlp"]
+__all__ = ["bn_mlp", "PreActBlock", "PreResNet", "preresnet"]
 
 
 def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=False, seed=None):
@@ -28,3 +31,98 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
         width = h
     layers.append(nn.Linear(width, classes))
     return nn.Sequential(*layers)
+
+
+class PreActBlock(nn.Module):
+    """BN → ReLU → conv3×3(stride) → BN → ReLU → conv3×3, plus the shortcut.
+
+    The shortcut is the identity, or, where the shape changes, a 1×1 convolution of the
+    *pre-activated* input relu(bn1(x)) (He et al. 2016).  All convolutions have no bias, so the
+    block's output is positively homogeneous of degree 1 in (input, conv weights) jointly.
+    """
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1, eps: float = 1e-5):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_planes, eps=eps)
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes, eps=eps)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
+        self.shortcut = (
+            nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False) if stride != 1 or in_planes != planes else None
+        )
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(x))
+        short = x if self.shortcut is None else self.shortcut(out)
+        out = self.conv1(out)
+        out = self.conv2(torch.relu(self.bn2(out)))
+        return out + short
+
+
+class PreResNet(nn.Module):
+    """Pre-activation ResNet for 32×32 images: depth = 6n + 2 (20, 32, 56, 110; the paper uses 32).
+
+    conv3×3(3→16) → three stages of n :class:`PreActBlock` (16, 32, 64 channels; stride 2 at the
+    start of stages 2 and 3) → BN → ReLU → global average pool → linear(64 → classes).
+
+    ``invariant=True`` (the paper's setting, Li & Arora 2020, Sec. 5): the affine parameters of every
+    BN are frozen at (1, 0) and the last linear layer is frozen at its random initialisation (Hoffer
+    et al. 2018), via :func:`explr.invariance.make_scale_invariant`.  Every BN input is then
+    homogeneous of degree 1 in the convolution weights θ, so the loss is scale invariant,
+    L(cθ) = L(θ) for c > 0 (up to BN's eps, and with batch statistics), which is what the
+    exponential schedules need.  ``invariant=False`` is the ordinary network, everything trainable.
+
+    ``seed`` makes the initialisation reproducible (Kaiming-normal convolutions, PyTorch's default
+    linear layer); the model is built on the CPU, so the same seed gives the same network on any device.
+    """
+
+    def __init__(self, depth: int = 32, classes: int = 10, invariant: bool = True, eps: float = 1e-5, seed=None):
+        super().__init__()
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+            raise ValueError(f"depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...); got {depth!r}")
+        if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+            raise ValueError(f"classes must be an integer >= 2; got {classes!r}")
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0; got {eps!r}")
+        if seed is not None:
+            torch.manual_seed(seed)
+        n = (depth - 2) // 6
+        self.depth, self.invariant = depth, invariant
+        self.conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        blocks, planes_in = [], 16
+        for stage, planes in enumerate((16, 32, 64)):
+            for i in range(n):
+                blocks.append(PreActBlock(planes_in, planes, stride=2 if stage > 0 and i == 0 else 1, eps=eps))
+                planes_in = planes
+        self.blocks = nn.Sequential(*blocks)
+        self.bn = nn.BatchNorm2d(64, eps=eps)
+        self.fc = nn.Linear(64, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        if invariant:
+            from .invariance import make_scale_invariant
+
+            make_scale_invariant(self, last_layer=self.fc)
+
+    def forward(self, x):
+        x = self.blocks(self.conv(x))
+        x = torch.relu(self.bn(x))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    @torch.no_grad()
+    def rescale_bn_statistics(self, c: float) -> None:
+        """After θ → cθ (all convolution weights): running_mean → c·mean, running_var → c²·var.
+
+        Every BN input is homogeneous of degree 1 in θ, so this keeps the eval-mode network (running
+        statistics) the same function, as the train-mode one (batch statistics) already is.
+        """
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None:
+                m.running_mean.mul_(c)
+                m.running_var.mul_(c * c)
+
+
+def preresnet(depth: int = 32, **kwargs) -> PreResNet:
+    """Shorthand for :class:`PreResNet` (``preresnet(20)``, ``preresnet(32, invariant=False)``)."""
+    return PreResNet(depth, **kwargs)

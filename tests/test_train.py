@@ -1,0 +1,298 @@
+"""explr.models.PreResNet, explr.train and the CLI explr.cifar10 on tiny generated CIFAR-format data.
+
+Every run here is PreResNet8 on 192 generated 32×32 images, batch 32 (6 steps per epoch), a few
+epochs: seconds on a CPU.
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import explr.train as train_mod
+from explr.cifar10 import main
+from explr.data import CifarArrays, make_synthetic, write_cifar_batches, write_npz
+from explr.invariance import check_scale_invariance
+from explr.models import PreResNet
+from explr.schedules import cosine, step_decay, texp, texp_minus_minus
+from explr.train import (
+    METRIC_KEYS,
+    TIMING_KEYS,
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    default_decay_epochs,
+    load_runs,
+    read_metrics,
+    schedule_arrays,
+    train_run,
+)
+
+TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
+CLI_TINY = ["--epochs", "3", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
+            "--log-every", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    return make_synthetic(n_train=192, n_test=64, seed=2)
+
+
+@pytest.fixture(scope="module")
+def npz(arrays, tmp_path_factory):
+    return str(write_npz(tmp_path_factory.mktemp("data") / "tiny.npz", arrays))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny convolutions gain nothing from threads, and lose a lot when other processes share the cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def reproducible(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+# ----------------------------------------------------------------------------- the model
+@pytest.mark.parametrize("depth", [8, 20, 32])
+def test_preresnet_has_depth_weighted_layers_and_the_invariant_mode_freezes_bn_and_fc(depth):
+    model = PreResNet(depth, seed=0)
+    convs3 = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)]
+    assert len(convs3) + 1 == depth  # 6n + 1 convolutions and the linear layer
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d) for n in [n + ".weight"]}
+    assert all(not p.requires_grad for p in model.fc.parameters())
+    ordinary = PreResNet(depth, invariant=False, seed=0)
+    assert all(p.requires_grad for p in ordinary.parameters())
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_preresnet_rejects_bad_depth():
+    for bad in (21, 2, 32.0, True):
+        with pytest.raises(ValueError, match="depth must be 6n \\+ 2"):
+            PreResNet(bad)
+
+
+def test_invariant_preresnet_is_jointly_scale_invariant_and_bn_stats_follow_rescaling():
+    torch.manual_seed(0)  # 8×8 inputs (the network pools globally): float64 convolutions are slow on a CPU
+    x, y = torch.randn(16, 3, 8, 8, dtype=torch.float64), torch.randint(0, 10, (16,))
+    model = PreResNet(8, eps=1e-300, seed=0).double()
+    rows = check_scale_invariance(model, F.cross_entropy, x, y, scales=(0.1, 10.0), rtol=1e-10)
+    assert rows[-1].group == "all trainable" and rows[-1].invariant and rows[-1].grad_alignment < 1e-10
+    ordinary = PreResNet(8, eps=1e-300, invariant=False, seed=0).double()
+    assert not check_scale_invariance(ordinary, F.cross_entropy, x, y, scales=(0.1, 10.0), rtol=1e-6)[-1].invariant
+    # eval mode uses running statistics: they must be rescaled with θ to keep the function
+    for _ in range(3):
+        model(x)  # fill the running statistics
+    model.eval()
+    before = model(x)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.mul_(7.0)
+    stale = model(x)
+    model.rescale_bn_statistics(7.0)
+    torch.testing.assert_close(model(x), before, rtol=1e-10, atol=1e-10)
+    assert (stale - before).abs().max() > 1e-3
+
+
+# ----------------------------------------------------------------------------- schedules
+def test_schedule_names_map_to_the_papers_schedules():
+    c = TrainConfig(epochs=8, decay_epochs=(4, 6), wd=5e-4, momentum=0.9)
+    S = 5
+    base = step_decay(0.1, 8, S, [4, 6])
+    expected = {
+        "step": (base, np.full(40, 5e-4), False),
+        "texp": (texp(base, 5e-4, 0.9).lr, texp(base, 5e-4, 0.9).wd, True),
+        "texp--": (texp_minus_minus(base, 5e-4, 0.9).lr, texp_minus_minus(base, 5e-4, 0.9).wd, True),
+        "cosine": (cosine(0.1, 8, S), np.full(40, 5e-4), False),
+        "cosine-texp": (texp(cosine(0.1, 8, S), 5e-4, 0.9).lr, texp(cosine(0.1, 8, S), 5e-4, 0.9).wd, True),
+    }
+    for name, (lr, wd, exponential) in expected.items():
+        c.schedule = name
+        got = schedule_arrays(c, S)
+        np.testing.assert_array_equal(got[0], lr)
+        np.testing.assert_array_equal(got[1], wd)
+        assert got[2] == exponential
+    assert default_decay_epochs(200) == [100, 150] and default_decay_epochs(20) == [10, 15]
+    assert default_decay_epochs(1) == []
+
+
+def test_texp_run_trains_the_same_networks_as_step_decay_in_float64(arrays):
+    """Engine-level Theorem 2.12: same seed, same batches; texp (no WD, rescaled on the way) ≡ step decay + WD.
+
+    Training losses use batch statistics, which are scale invariant; with BN eps ~ 0 in float64 the
+    per-epoch mean losses agree to 1e-9.  (Eval-mode test losses use running averages over steps at
+    different scales, so they agree only approximately.)  12×12 crops of the images keep float64 fast.
+    """
+    small = CifarArrays(arrays.x_train[:, :12, :12].copy(), arrays.y_train, arrays.x_test[:, :12, :12].copy(),
+                        arrays.y_test, source="crop", kind="synthetic")
+    base = dict(epochs=3, batch_size=32, depth=8, precision="fp64", bn_eps=1e-300, wd=5e-3, decay_epochs=(2,),
+                channels_last=False, threads=1, eval_batch_size=64)
+    step = Trainer(TrainConfig(schedule="step", **base).validate(), small)
+    exp = Trainer(TrainConfig(schedule="texp", rescale_above=0.102, **base).validate(), small)
+    for epoch in range(3):
+        a, b = step.train_epoch(epoch), exp.train_epoch(epoch)
+        assert abs(a[0] - b[0]) <= 1e-9 * abs(a[0]) and a[1] == b[1]
+    assert exp.scheduler.rescale_count >= 2
+    assert abs(step.evaluate()[0] - exp.evaluate()[0]) < 0.05
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays, npz, tmp_path, capsys):
+    table = write_cifar_batches(tmp_path / "cifar" / "cifar-10-batches-py", arrays)
+    assert main(["--schedule", "texp", "--data", npz, "--out", str(tmp_path / "a"), *CLI_TINY]) == 0
+    out = tmp_path / "a" / "texp" / "seed0"
+    rows = read_metrics(out)
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and set(rows[0]) == set(METRIC_KEYS)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]  # it learns
+    for r in rows:
+        assert np.isclose(r["effective_lr"], r["lr"] / r["weight_norm"] ** 2, rtol=1e-9)
+        assert np.isclose(r["lr_opt"], r["lr"] * r["rescale"], rtol=1e-12)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["epochs_done"] == 3
+    assert manifest["data"]["sha256"] == arrays.sha256 and manifest["data"]["kind"] == "npz"
+    assert manifest["config"]["schedule"] == "texp" and manifest["resolved"]["steps_per_epoch"] == 6
+    assert manifest["environment"]["torch"] == torch.__version__ and "commit" in manifest["environment"]["git"]
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 3 and reproducible(ckpt["metrics"]) == reproducible(rows)
+    assert "texp seed 0" in capsys.readouterr().out
+
+    # the same images as CIFAR's python batches (md5 table of the generated files): the same run
+    import explr.data
+
+    original = explr.data.CIFAR10_FILES_MD5
+    explr.data.CIFAR10_FILES_MD5 = table
+    try:
+        assert main(["--schedule", "texp", "--data", str(tmp_path / "cifar"), "--out", str(tmp_path / "b"),
+                     *CLI_TINY]) == 0
+    finally:
+        explr.data.CIFAR10_FILES_MD5 = original
+    other = tmp_path / "b" / "texp" / "seed0"
+    assert reproducible(read_metrics(other)) == reproducible(rows)
+    assert json.loads((other / "manifest.json").read_text())["data"]["kind"] == "cifar-python"
+
+
+def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(arrays, npz, tmp_path):
+    cfg = dict(TINY, schedule="texp", wd=5e-3, rescale_above=0.102, epochs=4, data=npz)
+    full = train_run(TrainConfig(**cfg), tmp_path / "full", arrays, progress=False)
+    assert full.status == "finished" and full.metrics[-1]["rescale_count"] >= 3
+    part = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, stop_after=2)
+    assert part.status == "interrupted" and part.epochs_done == 2
+    assert json.loads((tmp_path / "part" / "manifest.json").read_text())["status"] == "interrupted"
+    with pytest.raises(FileExistsError, match="--resume"):
+        train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False)
+    resumed = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, resume=True)
+    assert resumed.status == "finished"
+    assert reproducible(read_metrics(tmp_path / "part")) == reproducible(read_metrics(tmp_path / "full"))
+    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=True)
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    assert a["scheduler"] == b["scheduler"]
+    again = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, resume=True)
+    assert again.message == "already finished" and again.epochs_done == 4
+    with pytest.raises(ValueError, match="other settings: lr=0.1 \\(now 0.2\\)"):
+        train_run(TrainConfig(**{**cfg, "lr": 0.2}), tmp_path / "part", arrays, progress=False, resume=True)
+
+
+def test_several_runs_from_one_command_and_concurrent_jobs_agree(npz, tmp_path):
+    args = ["--schedule", "step", "texp", "--seed", "0", "1", "--data", npz, *CLI_TINY, "--epochs", "2"]
+    assert main([*args, "--out", str(tmp_path / "seq")]) == 0
+    runs = load_runs(tmp_path / "seq")
+    assert sorted((r["schedule"], r["seed"]) for r in runs) == [("step", 0), ("step", 1), ("texp", 0), ("texp", 1)]
+    by = {(r["schedule"], r["seed"]): r["metrics"] for r in runs}
+    assert len(by["step", 0]["test_acc"]) == 2
+    # same seed = same initialisation and batches: step+WD and its exact equivalent start identically
+    assert abs(by["step", 0]["train_loss"][0] - by["texp", 0]["train_loss"][0]) < 1e-3
+    assert by["step", 0]["train_loss"][0] != by["step", 1]["train_loss"][0]
+    assert main(["--schedule", "texp", "--seed", "0", "1", "--data", npz, *CLI_TINY, "--epochs", "2",
+                 "--jobs", "2", "--out", str(tmp_path / "par")]) == 0
+    for seed in (0, 1):
+        assert reproducible(read_metrics(tmp_path / "par" / "texp" / f"seed{seed}")) == reproducible(
+            read_metrics(tmp_path / "seq" / "texp" / f"seed{seed}"))
+    # --resume over finished runs is a no-op that succeeds
+    assert main([*args, "--out", str(tmp_path / "seq"), "--resume"]) == 0
+
+
+class NaNAfter(PreResNet):
+    """A PreResNet whose training forward pass returns NaN from the 8th call on (epoch 2 of 6 steps)."""
+
+    calls = 0
+
+    def forward(self, x):
+        out = super().forward(x)
+        if self.training:
+            NaNAfter.calls += 1
+            if NaNAfter.calls >= 8:
+                return out * float("nan")
+        return out
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(arrays, npz, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_mod, "PreResNet", NaNAfter)
+    NaNAfter.calls = 0
+    with pytest.raises(TrainingDiverged, match="non-finite training loss in epoch 2.*last good checkpoint \\(epoch 1\\)"):
+        train_run(TrainConfig(**TINY, schedule="step"), tmp_path / "api", arrays, progress=False)
+    ckpt = torch.load(tmp_path / "api" / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 1 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert len(read_metrics(tmp_path / "api")) == 1
+    manifest = json.loads((tmp_path / "api" / "manifest.json").read_text())
+    assert manifest["status"] == "diverged" and "last good checkpoint" in manifest["message"]
+    NaNAfter.calls = 0
+    assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY]) == 3
+    assert "non-finite training loss" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--epochs", "0"], "--epochs"),
+        (["--depth", "21"], "--depth"),
+        (["--schedule", "exp"], "--schedule"),
+        (["--lr", "-0.1"], "--lr"),
+        (["--lr", "nan"], "--lr"),
+        (["--momentum", "1"], "--momentum"),
+        (["--wd", "-1e-4"], "--wd"),
+        (["--seed", "-1"], "--seed"),
+        (["--precision", "fp16"], "--precision"),
+        (["--device", "warp-drive"], "--device"),
+        (["--epochs", "4", "--decay-epochs", "2", "4"], "--decay-epochs"),
+        (["--schedule", "cosine-texp", "--no-invariant"], "--no-invariant"),
+        (["--data", "/nonexistent/cifar.npz"], "--data"),
+        (["--batch-size", "1000"], "--batch-size"),
+    ],
+)
+def test_cli_fails_fast_naming_the_flag(argv, flag, npz, tmp_path, capsys):
+    base = ["--data", npz, "--out", str(tmp_path), "--epochs", "4"]
+    with pytest.raises(SystemExit) as exc:
+        main([*base, *argv])
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing was trained or written
+
+
+def test_cli_refuses_to_overwrite_or_to_resume_with_other_settings(npz, tmp_path, capsys):
+    args = ["--schedule", "step", "--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "1"]
+    assert main(args) == 0
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "pass --resume" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--resume", "--wd", "1e-3"])
+    assert "--resume" in (err := capsys.readouterr().err) and "wd=0.0005 (now 0.001)" in err
+
+
+def test_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--schedule", "--epochs", "--seed", "--data", "--out", "--lr", "--wd", "--momentum", "--batch-size",
+                 "--decay-epochs", "--depth", "--device", "--precision", "--compile", "--resume", "--jobs",
+                 "--channels-last", "--rescale-above", "--invariant"):
+        assert flag in text
