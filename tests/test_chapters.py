@@ -20,7 +20,8 @@ SMOKE = {
     "02_wd_exp_lr": {"steps": 200, "record_every": 5},
     "03_multi_phase": {"epochs": 40, "milestones": [20, 30]},
     "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100},
-    # "05_continuous_time": {...},
+    "05_continuous_time": {"hidden": 8, "n_train": 256, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
+                           "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 100, "trans_steps": 3},
     # "06_cifar10": {...},
 }
 

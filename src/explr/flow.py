@@ -1,0 +1,449 @@
+"""Gradient flow, modified flows with counter terms, and how far gradient descent is from them.
+
+Gradient descent (GD) with step η, θ_{k+1} = θ_k − η∇L(θ_k), is the explicit Euler method for the
+gradient flow (GF) θ̇ = −∇L(θ).  Backward error analysis (Hairer, Lubich & Wanner, *Geometric
+Numerical Integration*, Sec. IX.1) asks instead which ODE GD solves *exactly* up to a given order.
+Writing g = −∇L, H = ∇²L and D³L[u, v] for the third derivative contracted twice, the answer is the
+modified equation
+
+    θ̇ = g + η f₁ + η² f₂ + O(η³),
+    f₁ = −½ g′g = −½ H∇L,
+    f₂ = (1/12) g″(g, g) + (1/3) g′g′g = −(1/12) D³L[∇L, ∇L] − (1/3) H²∇L.
+
+f₁ is the counter term of implicit gradient regularisation (Barrett & Dherin 2021) and the first
+counter term of Miyagawa's "equation of motion" (NeurIPS 2022); f₂ is derived in chapter 5
+of the book by matching the Taylor expansion of the flow's time-η map with one GD step.  Truncating
+after η^p f_p leaves a local error O(η^{p+2}) per step and a global error O(η^{p+1}) after k = T/η
+steps, which :func:`discretisation_error` measures.
+
+Everything works on the *flat* vector θ of a model's trainable parameters (:class:`FlatProblem`,
+built on ``torch.func.functional_call``).  Derivatives are exact automatic differentiation:
+Hessian-vector products by double backward, D³L[v, v] = ∇_θ⟨v, ∇²L(θ) v⟩ by triple backward; no
+Hessian is ever formed.  Flows are integrated by ``scipy.integrate.solve_ivp`` (default DOP853,
+an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
+
+Facts used by the book (paper notes §6, Li & Arora 2020 Sec. 4): on a scale-invariant L, GF
+conserves ‖θ‖; GF with weight decay λ is GF in the exponentially reparametrised time
+τ(t) = (e^{2λt} − 1)/(2λ) (:func:`reparametrised_time`); SGD with weight decay settles at the
+angular update √(2ηλ/(1+γ)) (:func:`equilibrium_angular_update`, Wan et al. 2021).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .toy import loglog_slope  # noqa: F401  (re-exported: the chapter measures slopes with it)
+
+__all__ = [
+    "FlatProblem",
+    "FlowResult",
+    "integrate_flow",
+    "gradient_descent",
+    "GDComparison",
+    "discretisation_error",
+    "PowerIteration",
+    "power_iteration",
+    "top_eigenvalue",
+    "reparametrised_time",
+    "angular_updates",
+    "equilibrium_angular_update",
+    "loglog_slope",
+    "smooth_activations",
+    "CompositeBatchNorm1d",
+    "composite_batchnorm",
+]
+
+
+def smooth_activations(model: nn.Module, activation=nn.Tanh) -> nn.Module:
+    """Replace every ``nn.ReLU`` of ``model`` by ``activation()``, in place; returns the model.
+
+    Backward error analysis needs a smooth loss: with ReLU, ∇L jumps whenever a pre-activation of
+    some example crosses 0, the modified equations lose their meaning and an adaptive ODE solver
+    has to creep across every kink.  Normalisation layers stay in front of the activations, so scale
+    invariance is unaffected.
+    """
+    for name, child in model.named_children():
+        if isinstance(child, nn.ReLU):
+            setattr(model, name, activation())
+        else:
+            smooth_activations(child, activation)
+    return model
+
+
+class CompositeBatchNorm1d(nn.Module):
+    """Batch normalisation with batch statistics, written with elementary tensor operations.
+
+    y = (x − mean_B x) / √(var_B x + ε) · weight + bias, the biased batch variance as in
+    ``nn.BatchNorm1d``'s training mode.  Same function as ``nn.BatchNorm1d(track_running_stats=False)``,
+    but differentiable to any order: PyTorch's fused ``batch_norm`` in training mode refuses third
+    derivatives under ``torch.autograd`` ("batch_norm does not support 3rd+ order derivatives"), and
+    under ``torch.func.grad`` nested three times it silently returns a wrong D³L (25 % off a finite
+    difference in our check, torch 2.14; the saved batch statistics are treated as constants,
+    pytorch/pytorch#186256).
+    """
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
+        super().__init__()
+        self.eps = bn.eps
+        self.weight = bn.weight
+        self.bias = bn.bias
+
+    def forward(self, x):
+        centred = x - x.mean(0, keepdim=True)
+        y = centred / torch.sqrt(centred.square().mean(0, keepdim=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight + self.bias
+        return y
+
+
+def composite_batchnorm(model: nn.Module) -> nn.Module:
+    """Replace every ``nn.BatchNorm1d`` of ``model`` by a :class:`CompositeBatchNorm1d` sharing its
+    affine parameters, in place; returns the model.
+
+    Only for batch statistics: raises ValueError for a BN layer that tracks running statistics
+    (its eval mode would differ).  Needed for :meth:`FlatProblem.third` and the second-order flow.
+    Call it *after* :func:`explr.invariance.make_scale_invariant`, which recognises only PyTorch's
+    normalisation layers when it freezes their affine parameters.
+    """
+    for name, child in model.named_children():
+        if isinstance(child, nn.BatchNorm1d):
+            if child.track_running_stats:
+                raise ValueError(f"composite_batchnorm: layer {name!r} tracks running statistics; "
+                                 "build the model with running_stats=False")
+            setattr(model, name, CompositeBatchNorm1d(child))
+        else:
+            composite_batchnorm(child)
+    return model
+
+
+def _grad_or_zero(output, inputs, grad_outputs):
+    """Vector-Jacobian product; zero where ``output`` does not depend on ``inputs`` (e.g. D³L of a quadratic)."""
+    if not output.requires_grad:
+        return torch.zeros_like(inputs)
+    return torch.autograd.grad(output, inputs, grad_outputs=grad_outputs, allow_unused=True,
+                               materialize_grads=True)[0]
+
+
+class FlatProblem:
+    """R(θ) = L(θ) + (wd/2)‖θ‖² of ``model`` on one fixed batch, as a function of a flat vector θ.
+
+    θ is the concatenation of the trainable parameters (``requires_grad``) in ``named_parameters``
+    order; frozen parameters and buffers keep their current values.  The model is evaluated with
+    ``torch.func.functional_call`` in whatever mode it is in (train mode: batch statistics), so a
+    scale-invariant network (:func:`explr.invariance.make_scale_invariant`) gives a scale-invariant
+    L.  All derivatives are of R, i.e. include the weight decay.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn, inputs, targets, wd: float = 0.0):
+        if not wd >= 0:
+            raise ValueError(f"wd must be >= 0; got {wd!r}")
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not trainable:
+            raise ValueError("FlatProblem: the model has no trainable parameters")
+        self.model, self.loss_fn, self.inputs, self.targets, self.wd = model, loss_fn, inputs, targets, float(wd)
+        self.names = [n for n, _ in trainable]
+        self.shapes = [p.shape for _, p in trainable]
+        self.sizes = [p.numel() for _, p in trainable]
+        self.fixed = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+        self.fixed.update({n: b for n, b in model.named_buffers()})
+        self.dtype = trainable[0][1].dtype
+        self.theta0 = torch.cat([p.detach().reshape(-1) for _, p in trainable]).clone()
+        self.n = self.theta0.numel()
+
+    def slices(self) -> dict[str, slice]:
+        """Where each named parameter lives in θ."""
+        out, i = {}, 0
+        for name, size in zip(self.names, self.sizes):
+            out[name] = slice(i, i + size)
+            i += size
+        return out
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: t.view(s) for n, t, s in zip(self.names, torch.split(theta, self.sizes), self.shapes)}
+
+    def _as_tensor(self, theta) -> torch.Tensor:
+        theta = torch.as_tensor(theta, dtype=self.dtype)
+        if theta.shape != (self.n,):
+            raise ValueError(f"theta must be a flat vector of {self.n} entries; got shape {tuple(theta.shape)}")
+        return theta
+
+    def _loss(self, theta: torch.Tensor) -> torch.Tensor:
+        out = torch.func.functional_call(self.model, {**self.fixed, **self.unflatten(theta)}, (self.inputs,))
+        loss = self.loss_fn(out, self.targets)
+        if self.wd:
+            loss = loss + 0.5 * self.wd * theta.square().sum()
+        return loss
+
+    def loss(self, theta) -> float:
+        """R(θ)."""
+        with torch.no_grad():
+            return self._loss(self._as_tensor(theta)).item()
+
+    def grad(self, theta) -> torch.Tensor:
+        """∇R(θ)."""
+        theta = self._as_tensor(theta).detach().requires_grad_(True)
+        return torch.autograd.grad(self._loss(theta), theta)[0]
+
+    def hvp(self, theta, v) -> torch.Tensor:
+        """∇²R(θ) v by double backward (no Hessian formed)."""
+        theta = self._as_tensor(theta).detach().requires_grad_(True)
+        g = torch.autograd.grad(self._loss(theta), theta, create_graph=True)[0]
+        return torch.autograd.grad(g, theta, grad_outputs=self._as_tensor(v).detach())[0]
+
+    def third(self, theta, v) -> torch.Tensor:
+        """D³R(θ)[v, v] = ∇_θ ⟨v, ∇²R(θ) v⟩ (v held fixed), by triple backward."""
+        theta = self._as_tensor(theta).detach().requires_grad_(True)
+        v = self._as_tensor(v).detach()
+        g = torch.autograd.grad(self._loss(theta), theta, create_graph=True)[0]
+        hv = torch.autograd.grad(g, theta, grad_outputs=v, create_graph=True)[0]
+        return _grad_or_zero(hv, theta, v)
+
+    def vector_field(self, theta, lr: float = 0.0, order: int = 0) -> torch.Tensor:
+        """Right-hand side of the modified equation of GD with step ``lr``, truncated after η^order.
+
+        order 0: −∇R (gradient flow);  order 1: −∇R − (η/2) H∇R;
+        order 2: −∇R − (η/2) H∇R − η² [(1/12) D³R[∇R, ∇R] + (1/3) H²∇R].
+        One forward pass; the Hessian terms share its double-backward graph.
+        """
+        if order not in (0, 1, 2):
+            raise ValueError(f"order must be 0, 1 or 2; got {order!r}")
+        if order and not lr > 0:
+            raise ValueError(f"lr must be > 0 for a modified flow (order {order}); got {lr!r}")
+        theta = self._as_tensor(theta).detach().requires_grad_(True)
+        loss = self._loss(theta)
+        if order == 0:
+            return -torch.autograd.grad(loss, theta)[0]
+        g = torch.autograd.grad(loss, theta, create_graph=True)[0]
+        v = g.detach()
+        hv = torch.autograd.grad(g, theta, grad_outputs=v, create_graph=order == 2, retain_graph=order == 2)[0]
+        field = -v - 0.5 * lr * hv.detach()
+        if order == 2:
+            hhv = torch.autograd.grad(g, theta, grad_outputs=hv.detach(), retain_graph=True)[0]
+            d3 = _grad_or_zero(hv, theta, v)
+            field = field - lr**2 * (d3 / 12.0 + hhv / 3.0)
+        return field
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    """A solved flow: ``theta[i]`` is θ(``t[i]``); ``nfev`` right-hand-side evaluations."""
+
+    t: np.ndarray
+    theta: np.ndarray
+    nfev: int
+    lr: float
+    order: int
+    wd: float
+
+
+def integrate_flow(problem: FlatProblem, theta0, t_eval, lr: float = 0.0, order: int = 0,
+                   method: str = "DOP853", rtol: float = 1e-11, atol: float = 1e-13) -> FlowResult:
+    """Integrate θ̇ = ``problem.vector_field(θ, lr, order)`` from θ(0) = ``theta0`` to max(t_eval).
+
+    order 0 is the gradient flow of R = L + (wd/2)‖θ‖² (with the problem's weight decay); orders
+    1 and 2 add the counter terms of GD with step ``lr`` (see the module docstring).  The default
+    DOP853 at rtol 1e-11 makes the solver's own error far smaller than the discretisation errors
+    the book measures.  Raises RuntimeError if the solver fails.
+    """
+    from scipy.integrate import solve_ivp
+
+    t_eval = np.atleast_1d(np.asarray(t_eval, dtype=np.float64))
+    if t_eval.size == 0 or np.any(t_eval < 0) or np.any(np.diff(t_eval) < 0):
+        raise ValueError("t_eval must be a non-empty, non-decreasing array of times >= 0")
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol must be in (0, 1); got {rtol!r}")
+    theta0 = problem._as_tensor(theta0).detach()
+    problem.vector_field(theta0, lr, order)  # validates lr and order early
+
+    def rhs(_t, y):
+        return problem.vector_field(torch.from_numpy(y), lr, order).numpy()
+
+    t_end = float(t_eval[-1])
+    if t_end == 0:
+        return FlowResult(t_eval, np.tile(theta0.numpy(), (t_eval.size, 1)), 0, lr, order, problem.wd)
+    sol = solve_ivp(rhs, (0.0, t_end), theta0.numpy().astype(np.float64), method=method, t_eval=t_eval,
+                    rtol=rtol, atol=atol)
+    if not sol.success:
+        raise RuntimeError(f"solve_ivp failed: {sol.message}")
+    return FlowResult(sol.t, sol.y.T.copy(), sol.nfev, lr, order, problem.wd)
+
+
+def gradient_descent(problem: FlatProblem, theta0, lr: float, steps: int, record_every: int = 1) -> np.ndarray:
+    """θ_{k+1} = θ_k − η∇R(θ_k); returns θ_k for k = 0, record_every, 2·record_every, …, steps."""
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0; got {lr!r}")
+    if steps < 0 or record_every < 1:
+        raise ValueError(f"need steps >= 0 and record_every >= 1; got {steps!r}, {record_every!r}")
+    theta = problem._as_tensor(theta0).detach().clone()
+    out = [theta.numpy().copy()]
+    for k in range(1, steps + 1):
+        theta = theta - lr * problem.grad(theta)
+        if k % record_every == 0 or k == steps:
+            out.append(theta.numpy().copy())
+    return np.stack(out)
+
+
+@dataclass(frozen=True)
+class GDComparison:
+    """GD with step ``lr`` next to flows started at the same θ₀, on the grid t_k = kη.
+
+    gd : (steps+1, n) the iterates θ_k;  flows : order → (steps+1, n) θ_flow(t_k);
+    errors : order → (steps+1,) ‖θ_k − θ_flow(t_k)‖ / ‖θ₀‖;  nfev : order → solver evaluations.
+    """
+
+    lr: float
+    t: np.ndarray
+    gd: np.ndarray
+    flows: dict
+    errors: dict
+    nfev: dict
+
+
+def discretisation_error(problem: FlatProblem, theta0, lr: float, steps: int, orders=(0, 1, 2),
+                         **solver) -> GDComparison:
+    """Global error between ``steps`` GD steps of size ``lr`` and each flow of ``orders`` at t = kη.
+
+    Order p (the modified equation truncated after η^p f_p; 0 = gradient flow) has global error
+    O(η^{p+1}) at a fixed time T = kη (local error O(η^{p+2}) per step, accumulated over T/η steps;
+    Hairer, Lubich & Wanner, Sec. IX.1).  ``solver``: keyword arguments of :func:`integrate_flow`.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1; got {steps!r}")
+    gd = gradient_descent(problem, theta0, lr, steps)
+    t = lr * np.arange(steps + 1)
+    scale = float(np.linalg.norm(gd[0]))
+    flows, errors, nfev = {}, {}, {}
+    for p in orders:
+        res = integrate_flow(problem, theta0, t, lr, p, **solver)
+        flows[p], nfev[p] = res.theta, res.nfev
+        errors[p] = np.linalg.norm(gd - res.theta, axis=1) / scale
+    return GDComparison(lr, t, gd, flows, errors, nfev)
+
+
+@dataclass(frozen=True)
+class PowerIteration:
+    """Result of :func:`power_iteration` on A = ∇²R(θ) − shift·I.
+
+    eigenvalue : Rayleigh quotient vᵀAv + shift, the eigenvalue of A of largest magnitude (+ shift)
+        once the iteration has converged and that eigenvalue is unique in magnitude;
+    norm : ‖Av‖, which tends to ‖A‖₂ = max|λ(A)| even when λ and −λ tie in magnitude;
+    vector : the final unit vector v;  iterations : used;  converged : whether v is an eigenvector
+        (see :func:`power_iteration`).
+    """
+
+    eigenvalue: float
+    norm: float
+    vector: torch.Tensor
+    iterations: int
+    converged: bool
+
+
+def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0,
+                    shift: float = 0.0) -> PowerIteration:
+    """Power iteration v ← Av/‖Av‖ on A = ∇²R(θ) − shift·I with Hessian-vector products (no Hessian).
+
+    With ``shift = 0``, ``norm`` is the spectral norm ‖∇²R(θ)‖₂, the smoothness (Lipschitz constant of
+    ∇R) near θ, and ``eigenvalue`` the signed eigenvalue attaining it.  Stops when ‖Av‖ changes by
+    less than ``tol`` relatively; ``converged`` is whether v is then an eigenvector, i.e. the
+    residual ‖Av − μv‖/‖Av‖ is below 10·√tol (so that μ is accurate to about ``tol``).  When λ and
+    −λ tie in magnitude, ‖Av‖ still converges to |λ| but v does not.  :func:`top_eigenvalue` gives
+    the most positive eigenvalue.
+    """
+    if iters < 1 or not tol > 0:
+        raise ValueError(f"need iters >= 1 and tol > 0; got {iters!r}, {tol!r}")
+    theta = problem._as_tensor(theta).detach()
+    gen = torch.Generator().manual_seed(seed)
+    v = torch.randn(problem.n, generator=gen, dtype=problem.dtype)
+    v /= v.norm()
+    norm = math.nan
+    for i in range(1, iters + 1):
+        av = problem.hvp(theta, v) - shift * v
+        value, new_norm = torch.dot(v, av).item(), av.norm().item()
+        residual = ((av - value * v).norm() / new_norm).item()
+        v = av / new_norm
+        settled = abs(new_norm - norm) <= tol * new_norm
+        norm = new_norm
+        if settled:
+            break
+    return PowerIteration(value + shift, norm, v, i, residual <= 10 * math.sqrt(tol))
+
+
+def top_eigenvalue(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0) -> float:
+    """Largest (most positive) eigenvalue λ_max of ∇²R(θ): the *sharpness* that GD's stability
+    (η·λ_max < 2) sees.
+
+    A first power iteration gives s = ‖∇²R(θ)‖₂; if its eigenvalue is not +s (the most curved
+    direction is concave, or ±s tie), a second one runs on the positive semi-definite ∇²R + sI, whose
+    largest eigenvalue is λ_max + s.  Raises RuntimeError if an iteration does not converge.
+    """
+    first = power_iteration(problem, theta, iters, tol, seed)
+    if first.converged and first.eigenvalue > 0:
+        return first.eigenvalue
+    second = power_iteration(problem, theta, iters, tol, seed, shift=-first.norm * (1 + 1e-3))
+    if not second.converged:
+        raise RuntimeError(f"top_eigenvalue: power iteration did not converge in {iters} iterations")
+    return second.eigenvalue
+
+
+def reparametrised_time(t, wd: float):
+    """τ(t) = (e^{2λt} − 1)/(2λ) (τ = t for λ = 0).
+
+    For scale-invariant L the solution of θ̇ = −∇L(θ) − λθ is θ(t) = e^{−λt} φ(τ(t)), where φ solves
+    the plain gradient flow φ̇ = −∇L(φ) from φ(0) = θ(0) (book, chapter 5; cf. Li & Arora 2020 Sec. 4).
+    """
+    if not wd >= 0:
+        raise ValueError(f"wd must be >= 0; got {wd!r}")
+    t = np.asarray(t, dtype=np.float64)
+    return t.copy() if wd == 0 else np.expm1(2 * wd * t) / (2 * wd)
+
+
+def angular_updates(model: nn.Module, loss_fn, batches, lr: float, wd: float, momentum: float = 0.0,
+                    groups: dict[str, list[str]] | None = None) -> dict[str, np.ndarray]:
+    """Train ``model`` in place with ``torch.optim.SGD(lr, momentum, weight_decay=wd)`` and record, per
+    step, the angle (radians) between θ_k and θ_{k+1} of each parameter group.
+
+    ``groups``: name → list of parameter names (default: each trainable parameter alone, plus
+    ``"all"`` for all of them jointly).  Returns name → array of len(batches) angles.
+    """
+    if not lr > 0 or not wd >= 0 or not 0 <= momentum < 1:
+        raise ValueError(f"need lr > 0, wd >= 0, 0 <= momentum < 1; got {lr!r}, {wd!r}, {momentum!r}")
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if groups is None:
+        groups = {n: [n] for n in named} | {"all": list(named)}
+    unknown = {n for names in groups.values() for n in names} - set(named)
+    if unknown:
+        raise ValueError(f"groups name parameters that are not trainable: {sorted(unknown)}")
+    opt = torch.optim.SGD(list(named.values()), lr=lr, momentum=momentum, weight_decay=wd)
+    out = {g: np.empty(len(batches)) for g in groups}
+
+    def snapshot():
+        return {n: p.detach().clone() for n, p in named.items()}
+
+    before = snapshot()
+    for k, (x, y) in enumerate(batches):
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+        after = snapshot()
+        for g, names in groups.items():
+            a = torch.cat([before[n].reshape(-1) for n in names])
+            b = torch.cat([after[n].reshape(-1) for n in names])
+            # angle = atan2(‖a‖‖b − a‖_⊥, a·b): accurate for the small angles of small steps
+            d = b - a
+            perp = d - (torch.dot(d, a) / torch.dot(a, a)) * a
+            out[g][k] = math.atan2((a.norm() * perp.norm()).item(), torch.dot(a, b).item())
+        before = after
+    return out
+
+
+def equilibrium_angular_update(lr: float, wd: float, momentum: float = 0.0) -> float:
+    """√(2ηλ/(1+γ)): the angular update per step at which SGD with weight decay settles on a
+    scale-invariant loss (Wan et al. 2021; with γ = 0 it follows from d‖θ‖²/dt = η‖∇L‖² − 2λ‖θ‖² = 0).
+    """
+    if not lr > 0 or not wd > 0 or not 0 <= momentum < 1:
+        raise ValueError(f"need lr > 0, wd > 0, 0 <= momentum < 1; got {lr!r}, {wd!r}, {momentum!r}")
+    return math.sqrt(2 * lr * wd / (1 + momentum))
