@@ -1,28 +1,9 @@
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from explr.digits import batch_schedule, load_digits
-from explr.invariance import make_scale_invariant
-from explr.models import bn_mlp
+from explr.digits import load_digits
 
 
 @pytest.fixture(scope="session")
 def digits64():
     return load_digits(dtype=torch.float64)
-
-
-def digit_batches(data, steps, batch_size=128, seed=0):
-    """The same (x, y) batch sequence for every run that is compared step by step."""
-    return [(data.x_train[i], data.y_train[i]) for i in batch_schedule(len(data.y_train), batch_size, steps, seed)]
-
-
-def invariant_mlp(eps=1e-300, dtype=torch.float64, seed=0):
-    """The digits BN MLP, made exactly scale invariant (tiny eps, batch statistics)."""
-    model = bn_mlp(eps=eps, seed=seed).to(dtype)
-    make_scale_invariant(model)
-    return model
-
-
-loss_fn = F.cross_entropy

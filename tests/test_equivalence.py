@@ -10,7 +10,7 @@ import torch
 from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
 from explr.sgd import output_deviation, prediction_agreement, train_sgd
 
-from conftest import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches, invariant_mlp, loss_fn
 
 STEPS = 1000
 

@@ -8,7 +8,7 @@ from torch import nn
 from explr.invariance import check_scale_invariance, effective_lr, flat_norm, make_scale_invariant
 from explr.models import bn_mlp
 
-from conftest import loss_fn
+from digits_helpers import loss_fn
 
 
 @pytest.fixture()

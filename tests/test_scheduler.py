@@ -8,7 +8,7 @@ import torch
 from explr.scheduler import PerStepLR
 from explr.schedules import step_decay, texp
 
-from conftest import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches, invariant_mlp, loss_fn
 
 LR = step_decay(0.1, 6, 50, [2, 4])  # phases start at steps 100 and 200
 SCHEDULE = texp(LR, 5e-4, 0.9)

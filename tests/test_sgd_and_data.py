@@ -6,7 +6,7 @@ import torch
 from explr.digits import batch_schedule, load_digits
 from explr.sgd import paper_sgd_step, train_sgd
 
-from conftest import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches, invariant_mlp, loss_fn
 
 
 def test_torch_sgd_is_the_papers_recursion():
