@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
 
-# Small parameters for the papermill smoke run of each chapter (seconds, not minutes).
+# Small parameters for the papermill smoke run of each chapter (seconds, not minutes);
+# "{tmp}" in a string value becomes the test's temporary directory.
 SMOKE = {
     "01_scale_invariance": {"steps": 20},
     "02_wd_exp_lr": {"steps": 200, "record_every": 5},
@@ -22,7 +23,8 @@ SMOKE = {
     "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100},
     "05_continuous_time": {"hidden": 8, "n_train": 256, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
                            "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 100, "trans_steps": 3},
-    # "06_cifar10": {...},
+    "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 20,
+                   "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
 }
 
 
@@ -68,7 +70,7 @@ def test_chapter_runs_with_small_parameters(chapter, tmp_path):
     pm.execute_notebook(
         str(BOOK / f"{chapter}.ipynb"),
         str(tmp_path / f"{chapter}.ipynb"),
-        parameters=SMOKE[chapter],
+        parameters={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in SMOKE[chapter].items()},
         cwd=str(BOOK),
         kernel_name="python3",
         progress_bar=False,

@@ -7,7 +7,12 @@ Deep Learning" (ICLR 2020).  Modules:
 * :mod:`explr.scheduler` -- a drop-in ``torch.optim`` scheduler playing any per-step schedule;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
 * :mod:`explr.invariance` -- making and checking scale invariance;
-* :mod:`explr.digits`, :mod:`explr.models` -- a small real dataset and networks.
+* :mod:`explr.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds;
+* :mod:`explr.flow` -- gradient flow and modified flows with counter terms (Section 4, EoM paper);
+* :mod:`explr.digits`, :mod:`explr.models` -- a small real dataset and networks (BN MLP, PreResNet);
+* :mod:`explr.data`, :mod:`explr.train`, :mod:`explr.cifar10` -- the CIFAR-10 engine and its CLI;
+* :mod:`explr.report` -- summaries and verdicts of the CIFAR-10 comparison;
+* :mod:`explr.plotting` -- the book's figure style.
 """
 from .schedules import (
     EquivalentSchedule,

@@ -475,7 +475,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     to test resuming).  Raises :class:`TrainingDiverged` when the loss becomes NaN/inf: the
     checkpoint of the last finished epoch stays, the manifest says what happened.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     config.validate()
     if config.threads is not None:
