@@ -28,13 +28,7 @@ from explr.models import bn_mlp
 loss_fn = F.cross_entropy
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one thread is several times faster than two on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Quadratic(nn.Module):

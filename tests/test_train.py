@@ -44,13 +44,7 @@ def npz(arrays, tmp_path_factory):
     return str(write_npz(tmp_path_factory.mktemp("data") / "tiny.npz", arrays))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny convolutions gain nothing from threads, and lose a lot when other processes share the cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def reproducible(rows):
