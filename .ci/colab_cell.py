@@ -25,6 +25,8 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+from bookcheck import toc_docnames  # noqa: E402  (the one reader of _toc.yml's page list)
 MARKER = "# Colab / Binder: install the explr library"
 TAG = "remove-cell"
 
@@ -63,18 +65,8 @@ def percent_cell() -> str:
 
 def toc_chapters() -> list[Path]:
     """Every notebook listed in _toc.yml (chapters, sections, parts), in order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files: list[str] = []
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                files.append(e["file"])
-            for key in ("sections", "chapters", "parts"):
-                walk(e.get(key))
-
-    walk((toc.get("chapters") or []) + (toc.get("parts") or []))
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+    paths = [ROOT / f"{name}.ipynb" for name in toc_docnames()]
+    return [p for p in paths if p.exists()]
 
 
 def install_cells(nb) -> list[int]:
