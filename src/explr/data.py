@@ -9,6 +9,11 @@ Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
 * a directory holding ``cifar-10-batches-py/`` or the batch files themselves (same checks);
 * a ``.npz`` file with ``x_train, y_train, x_test, y_test`` (images uint8 ``(N, 32, 32, 3)`` HWC RGB,
   labels integers in 0..9), read with ``np.load(allow_pickle=False)``;
+* an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 RGB PNG or JPEG files, class
+  folders named after CIFAR-10's classes, labels in sorted class-name order), or a ``.tar``, ``.tar.gz``
+  or ``.tgz`` holding one (at its top level or under one folder).  It is decoded once with Pillow and
+  the uint8 arrays are cached in ``<data_root>/cache/`` under the source's sha256, so later runs load
+  in about a second;
 * ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
 
 :class:`DeviceData` keeps the whole dataset on the training device as uint8 and produces normalised,
@@ -20,8 +25,13 @@ from ``(seed, e)`` alone, so a run is reproducible across devices and resumes ex
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import pickle
+import sys
 import tarfile
+import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +48,12 @@ __all__ = [
     "EpochPlan",
     "download_cifar10",
     "load_cifar10",
+    "load_image_folder",
     "load_npz",
     "make_synthetic",
     "read_cifar_batches",
     "write_cifar_batches",
+    "write_image_folder",
     "write_npz",
 ]
 
@@ -66,7 +78,8 @@ NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 HOW_TO_GET = (
     "Get CIFAR-10 with `--data auto` (downloads {url} into --data-root, md5 {md5}), or download and extract "
     "that archive yourself and pass its folder, or pass a .npz with uint8 arrays x_train (N,32,32,3), "
-    "y_train (N,), x_test (M,32,32,3), y_test (M,)."
+    "y_train (N,), x_test (M,32,32,3), y_test (M,), or an image-folder tree train/<class>/*.png|jpg and "
+    "test/<class>/*.png|jpg (or a .tar/.tar.gz/.tgz of it)."
 ).format(url=CIFAR10_URL, md5=CIFAR10_ARCHIVE_MD5)
 
 
@@ -78,7 +91,8 @@ class DataError(ValueError):
 class CifarArrays:
     """CIFAR-10 in memory: images uint8 ``(N, H, W, 3)`` RGB, labels int64 in 0..9.
 
-    ``source`` says where it came from, ``sha256`` is a checksum of the four arrays' bytes (the same
+    ``source`` says where it came from (a file or folder *name*, never the machine's absolute path),
+    ``kind`` its format, ``sha256`` is a checksum of the four arrays' bytes (the same
     for the same pixels, whatever the file format), ``files`` the per-file checksums that were verified.
     """
 
@@ -169,7 +183,7 @@ def load_npz(path) -> CifarArrays:
         raise DataError(f"{path}: not a readable .npz file ({err}). {HOW_TO_GET}") from None
     x_train, y_train = _check_split("train", arrays["x_train"], arrays["y_train"], str(path))
     x_test, y_test = _check_split("test", arrays["x_test"], arrays["y_test"], str(path))
-    return CifarArrays(x_train, y_train, x_test, y_test, source=str(path.resolve()), kind="npz",
+    return CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind="npz",
                        files={path.name: "sha256:" + _file_hash(path, "sha256")})
 
 
@@ -245,7 +259,7 @@ def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
     x_test, y_test = np.ascontiguousarray(out["test_batch"][0]), out["test_batch"][1]
     x_train, y_train = _check_split("train", x_train, y_train, str(folder))
     x_test, y_test = _check_split("test", x_test, y_test, str(folder))
-    return CifarArrays(x_train, y_train, x_test, y_test, source=str(folder.resolve()), kind="cifar-python",
+    return CifarArrays(x_train, y_train, x_test, y_test, source=folder.name, kind="cifar-python",
                        files=files)
 
 
@@ -306,8 +320,226 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
     return root / CIFAR10_FOLDER
 
 
-def load_cifar10(data="auto", root="data", md5: dict | None = None) -> CifarArrays:
-    """Load CIFAR-10 from ``data``: ``"auto"``, ``"synthetic"``, a ``.npz`` file or a batch folder (module docstring)."""
+# ----------------------------------------------------------------------------- image-folder trees
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+SPLITS = ("train", "test")
+
+
+def _is_archive(path: Path) -> bool:
+    return path.name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _is_image_folder(path: Path) -> bool:
+    return path.is_dir() and any((path / s).is_dir() for s in SPLITS)
+
+
+def _tree_entries_from_folder(root: Path):
+    """(relative posix path, is_dir, read()) of everything under ``root``, sorted by path."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel = Path(dirpath).relative_to(root)
+        for d in dirnames:
+            yield (rel / d).as_posix(), True, None
+        for f in sorted(filenames):
+            full = Path(dirpath) / f
+            yield (rel / f).as_posix(), False, full.read_bytes
+
+
+def _tree_entries_from_tar(path: Path):
+    """Like :func:`_tree_entries_from_folder` for a tar archive, read in one sequential pass (gzip cannot seek
+    cheaply); the tree may sit at the archive's top level or under one folder."""
+    items = []
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar:
+                name = m.name.strip("/").removeprefix("./")
+                if ".." in name.split("/"):
+                    continue
+                if m.isdir():
+                    items.append((name, True, None))
+                elif m.isfile():
+                    items.append((name, False, tar.extractfile(m).read()))
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        raise DataError(f"{path.name}: not a readable tar archive, or truncated ({err}). {HOW_TO_GET}") from None
+    tops = {n.split("/")[0] for n, _, _ in items if n}
+    prefix = next(iter(tops)) + "/" if len(tops) == 1 and not tops & set(SPLITS) else ""
+    for name, is_dir, raw in sorted(items, key=lambda item: item[0]):
+        if name.startswith(prefix) and name != prefix.rstrip("/"):
+            yield name[len(prefix):], is_dir, (None if is_dir else (lambda raw=raw: raw))
+
+
+def _decode_image(name: str, raw: bytes) -> np.ndarray:
+    """One 32×32 RGB PNG/JPEG → uint8 (32, 32, 3); anything else is a :class:`DataError` naming the file."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            if im.format not in ("PNG", "JPEG"):
+                raise DataError(f"{name}: a {im.format} image; expected PNG or JPEG")
+            if im.mode != "RGB":
+                raise DataError(f"{name}: image mode {im.mode}; expected RGB (8-bit, 3 channels)")
+            if im.size != (32, 32):
+                raise DataError(f"{name}: image size {im.size[0]}×{im.size[1]}; expected 32×32")
+            im.load()
+            return np.asarray(im, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        if isinstance(err, DataError):
+            raise
+        raise DataError(f"{name}: not a readable PNG or JPEG image ({err})") from None
+
+
+def _read_tree(entries, source: str, progress: bool):
+    """Validate an image-folder tree and decode it; returns x_train, y_train, x_test, y_test, digest.
+
+    ``digest`` is a sha256 over every file's relative path and bytes (sorted), so equal trees,
+    wherever they are, share a cache entry.
+    """
+    from tqdm import tqdm
+
+    files = {s: {} for s in SPLITS}
+    for rel, is_dir, read in entries:
+        parts = rel.split("/")
+        if any(p.startswith(".") for p in parts) or rel in ("", "."):
+            continue  # hidden files (.DS_Store, ._*) and the root itself
+        if parts[0] not in SPLITS:
+            continue  # other top-level content (a README, a LICENSE) is not part of the data
+        split = parts[0]
+        if len(parts) == 1:
+            continue
+        if len(parts) == 2:
+            if not is_dir:
+                raise DataError(f"{source}: {rel}: a file where {split}/ should hold only class folders")
+            if parts[1] not in CLASSES:
+                raise DataError(f"{source}: {rel}/: unknown class folder {parts[1]!r}; expected CIFAR-10's classes "
+                                f"{', '.join(CLASSES)}")
+            files[split].setdefault(parts[1], [])
+            continue
+        if len(parts) > 3:
+            raise DataError(f"{source}: {rel}: nested too deep; expected {split}/<class>/<image>")
+        cls = parts[1]
+        if cls not in CLASSES:
+            raise DataError(f"{source}: {split}/{cls}/: unknown class folder {cls!r}; expected CIFAR-10's classes "
+                            f"{', '.join(CLASSES)}")
+        if is_dir:
+            raise DataError(f"{source}: {rel}/: a folder inside a class folder; expected only image files")
+        if not parts[2].lower().endswith(IMAGE_SUFFIXES):
+            raise DataError(f"{source}: {rel}: not an image file (expected {', '.join(IMAGE_SUFFIXES)})")
+        files[split].setdefault(cls, []).append((rel, read))
+    for split in SPLITS:
+        if not files[split]:
+            raise DataError(f"{source}: the {split}/ split is missing or holds no class folders; expected "
+                            f"{split}/<class>/*.png|jpg. {HOW_TO_GET}")
+        for cls, items in files[split].items():
+            if not items:
+                raise DataError(f"{source}: {split}/{cls}/: empty class folder")
+    if set(files["train"]) != set(files["test"]):
+        only_train = sorted(set(files["train"]) - set(files["test"]))
+        only_test = sorted(set(files["test"]) - set(files["train"]))
+        raise DataError(f"{source}: train/ and test/ hold different classes (only in train: {only_train or 'none'}; "
+                        f"only in test: {only_test or 'none'})")
+    digest = hashlib.sha256()
+    total = sum(len(v) for split in SPLITS for v in files[split].values())
+    out = []
+    with tqdm(total=total, desc=f"decoding {source}", unit="img", file=sys.stderr, disable=not progress,
+              leave=False) as bar:
+        for split in SPLITS:
+            xs, ys = [], []
+            for cls in sorted(files[split]):
+                for rel, read in sorted(files[split][cls]):
+                    raw = read()
+                    digest.update(rel.encode() + b"\0" + hashlib.sha256(raw).digest())
+                    xs.append(_decode_image(f"{source}: {rel}", raw))
+                    ys.append(CLASSES.index(cls))
+                    bar.update()
+            out += [np.stack(xs), np.asarray(ys, dtype=np.int64)]
+    return (*out, digest.hexdigest())
+
+
+def _tree_digest(root: Path) -> str:
+    """The digest :func:`_read_tree` computes, without decoding (for the cache lookup of a folder)."""
+    digest = hashlib.sha256()
+    for split in SPLITS:
+        for cls in sorted(d.name for d in (root / split).iterdir() if d.is_dir() and not d.name.startswith(".")) \
+                if (root / split).is_dir() else []:
+            for f in sorted(p.name for p in (root / split / cls).iterdir()
+                            if p.is_file() and not p.name.startswith(".")):
+                rel = f"{split}/{cls}/{f}"
+                digest.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def load_image_folder(path, cache_dir="data/cache", progress: bool = True) -> CifarArrays:
+    """An image-folder tree or a ``.tar``/``.tar.gz``/``.tgz`` of one, decoded once and cached (module docstring).
+
+    The cache file is ``<cache_dir>/image-folder-<sha256>.npz``, keyed by the archive's sha256 (for a
+    folder: the digest of its files' paths and bytes); ``cache_dir=None`` disables it.
+    """
+    path = Path(path).expanduser()
+    archive = path.is_file() and _is_archive(path)
+    if not (archive or path.is_dir()):
+        raise DataError(f"--data {path}: no such image folder or archive. {HOW_TO_GET}")
+    kind = "image-folder-tar" if archive else "image-folder"
+    key = _file_hash(path, "sha256") if archive else _tree_digest(path)
+    cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-{key}.npz"
+    if cache is not None and cache.is_file():
+        try:
+            with np.load(cache, allow_pickle=False) as f:
+                arrays = [f[k] for k in NPZ_KEYS]
+            x_train, y_train = _check_split("train", arrays[0], arrays[1], str(cache))
+            x_test, y_test = _check_split("test", arrays[2], arrays[3], str(cache))
+            return CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind=kind,
+                               files={path.name: "sha256:" + key})
+        except (DataError, OSError, ValueError, KeyError, EOFError):
+            cache.unlink(missing_ok=True)  # a damaged cache is rebuilt from the source
+    entries = _tree_entries_from_tar(path) if archive else _tree_entries_from_folder(path)
+    x_train, y_train, x_test, y_test, digest = _read_tree(entries, path.name, progress)
+    if not archive:
+        key = digest
+        cache = None if cache_dir is None else cache.with_name(f"image-folder-{key}.npz")
+    arrays = CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind=kind,
+                         files={path.name: "sha256:" + key})
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=f".{cache.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS})
+            os.replace(tmp, cache)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return arrays
+
+
+def write_image_folder(root, arrays: CifarArrays | dict, fmt: str = "png", archive: str | None = None) -> Path:
+    """Write ``arrays`` as ``train/<class>/NNNN.<fmt>`` and ``test/<class>/NNNN.<fmt>`` (tests, examples).
+
+    ``fmt`` is ``png`` (lossless) or ``jpg``; ``archive="tar.gz"`` (or ``"tar"``, ``"tgz"``) also packs
+    the tree into ``<root>.<archive>`` and returns that path.
+    """
+    from PIL import Image
+
+    get = arrays.get if isinstance(arrays, dict) else lambda k: getattr(arrays, k)
+    root = Path(root)
+    for split in SPLITS:
+        x, y = np.asarray(get(f"x_{split}")), np.asarray(get(f"y_{split}"))
+        for cls in sorted(set(int(v) for v in y)):
+            (root / split / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+        for i, (img, label) in enumerate(zip(x, y)):
+            Image.fromarray(img, "RGB").save(root / split / CLASSES[int(label)] / f"{i:05d}.{fmt}")
+    if archive is None:
+        return root
+    out = root.with_name(f"{root.name}.{archive}")
+    with tarfile.open(out, "w:gz" if archive in ("tar.gz", "tgz") else "w") as tar:
+        tar.add(root, arcname=root.name)
+    return out
+
+
+def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bool = True) -> CifarArrays:
+    """Load CIFAR-10 from ``data``: ``"auto"``, ``"synthetic"``, a ``.npz``, a batch folder, an image-folder tree
+    or an archive of one (module docstring).  ``root`` is the download folder; decoded images are cached in
+    ``root/cache``."""
     if isinstance(data, CifarArrays):
         return data
     data = str(data)
@@ -319,13 +551,15 @@ def load_cifar10(data="auto", root="data", md5: dict | None = None) -> CifarArra
             folder = download_cifar10(root)
         return read_cifar_batches(folder, md5)
     path = Path(data).expanduser()
+    if _is_image_folder(path) or (path.is_file() and _is_archive(path)):
+        return load_image_folder(path, Path(root).expanduser() / "cache", progress=progress)
     if path.is_dir():
         folder = path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path
         return read_cifar_batches(folder, md5)
     if path.suffix == ".npz" or path.is_file():
         return load_npz(path)
-    raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic', a .npz or a "
-                    f"folder with CIFAR-10's python batches). {HOW_TO_GET}")
+    raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic', a .npz, a folder with "
+                    f"CIFAR-10's python batches, an image-folder tree or a .tar/.tar.gz/.tgz of one). {HOW_TO_GET}")
 
 
 # ----------------------------------------------------------------------------- synthetic data

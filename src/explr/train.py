@@ -271,12 +271,15 @@ def load_runs(out) -> list[dict]:
 
 
 def _git_commit() -> dict:
+    """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
     here = Path(__file__).resolve().parent
+    if os.environ.get("EXPLR_GIT_COMMIT"):
+        return {"commit": os.environ["EXPLR_GIT_COMMIT"], "dirty": None, "from": "EXPLR_GIT_COMMIT"}
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
                                cwd=here, capture_output=True, text=True, timeout=10)
         return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
@@ -321,6 +324,8 @@ class Trainer:
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = resolve_precision(c.precision, self.device)
         dtype = torch.float64 if self.precision == "fp64" else torch.float32
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
         lr, wd, exponential = schedule_arrays(c, self.steps_per_epoch)
