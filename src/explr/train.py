@@ -451,8 +451,13 @@ class RunResult:
 
 
 def _config_dict(config: TrainConfig) -> dict:
+    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
+    name, kind and sha256 in the manifest's ``data``)."""
     d = asdict(config)
     d["decay_epochs"] = config.milestones()
+    if d["data"] not in ("auto", "synthetic"):
+        d["data"] = Path(d["data"]).name
+    d["data_root"] = None
     return d
 
 
