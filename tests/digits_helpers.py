@@ -4,8 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from explr.digits import batch_schedule
-from explr.invariance import make_scale_invariant
-from explr.models import bn_mlp
+from explr.models import invariant_bn_mlp
 
 
 def digit_batches(data, steps, batch_size=128, seed=0):
@@ -13,11 +12,7 @@ def digit_batches(data, steps, batch_size=128, seed=0):
     return [(data.x_train[i], data.y_train[i]) for i in batch_schedule(len(data.y_train), batch_size, steps, seed)]
 
 
-def invariant_mlp(eps=1e-300, dtype=torch.float64, seed=0):
-    """The digits BN MLP, made exactly scale invariant (tiny eps, batch statistics)."""
-    model = bn_mlp(eps=eps, seed=seed).to(dtype)
-    make_scale_invariant(model)
-    return model
+invariant_mlp = invariant_bn_mlp
 
 
 loss_fn = F.cross_entropy

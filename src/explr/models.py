@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["bn_mlp", "PreActBlock", "PreResNet", "preresnet"]
+__all__ = ["bn_mlp", "invariant_bn_mlp", "PreActBlock", "PreResNet", "preresnet"]
 
 
 def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=False, seed=None):
@@ -31,6 +31,19 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
         width = h
     layers.append(nn.Linear(width, classes))
     return nn.Sequential(*layers)
+
+
+def invariant_bn_mlp(hidden=(64, 64), eps=1e-300, dtype=torch.float64, seed=0, **kwargs) -> nn.Sequential:
+    """The digits BN MLP made exactly scale invariant: :func:`bn_mlp` with a tiny ``eps`` and batch
+    statistics, in ``dtype``, then :func:`explr.invariance.make_scale_invariant` (BN affine and the last
+    layer frozen).  The one builder of the network that the exactness experiments (chapters 2, 3, 5,
+    ``tests/``) train; ``kwargs`` go to :func:`bn_mlp`.
+    """
+    from .invariance import make_scale_invariant
+
+    model = bn_mlp(hidden=hidden, eps=eps, seed=seed, **kwargs).to(dtype)
+    make_scale_invariant(model)
+    return model
 
 
 class PreActBlock(nn.Module):
