@@ -502,6 +502,9 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True) -> Ci
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=f".{cache.name}.", suffix=".tmp")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; a cache is as readable as any other file
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS})
