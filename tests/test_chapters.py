@@ -1,10 +1,17 @@
-"""Every chapter: well-formed, and executed end to end by papermill with small parameters.
+"""Every chapter: well-formed, and executed end to end by papermill with small parameters, as a reader reruns it.
+
+* ``SMOKE``: the small parameters of each chapter's smoke run;
+* ``RERUN``: a second, perturbed set on top of SMOKE (other seed, lr/wd/momentum, sizes), as a reader would;
+* every ``make chapter N=NN ARGS="..."`` command in a chapter's markdown ("Try this") runs with SMOKE updated
+  by its ``-p``/``-y`` parameters, and the README's example runs exactly as written;
+* ``INVALID``: an out-of-range value per chapter, which must stop the chapter with a one-line error naming it.
 
 nbval (``pytest book --nbval-lax``, part of ``make test``) separately re-runs the committed
 notebooks with their default parameters and compares the cells tagged ``nbval-check-output``.
 """
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -26,6 +33,64 @@ SMOKE = {
     "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 20,
                    "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
 }
+
+
+# A second parameter set per chapter, applied on top of SMOKE: what a reader would change (seconds, too).
+RERUN = {
+}
+
+# One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
+INVALID = {
+}
+
+COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
+
+
+def parse_args(args: str) -> dict:
+    """papermill's command-line parameters: ``-p name value`` (typed as papermill types them) and ``-y yaml``."""
+    from papermill.cli import _resolve_type
+
+    words, params = shlex.split(args), {}
+    while words:
+        flag = words.pop(0)
+        if flag in ("-p", "--parameters"):
+            name, value = words.pop(0), words.pop(0)
+            params[name] = _resolve_type(value)
+        elif flag in ("-y", "--parameters_yaml"):
+            params.update(yaml.safe_load(words.pop(0)) or {})
+        else:
+            raise ValueError(f"unsupported papermill argument {flag!r} in {args!r}")
+    return params
+
+
+def try_this_commands(chapter) -> list[dict]:
+    """The parameters of every ``make chapter`` command in the chapter's markdown cells."""
+    number = chapter[:2]
+    found = []
+    for c in cells(chapter):
+        if c["cell_type"] == "markdown":
+            for n, args in COMMAND.findall("".join(c["source"])):
+                assert n == number, f"{chapter}: a command for chapter {n}"
+                found.append(parse_args(args))
+    return found
+
+
+def readme_commands() -> list[tuple[str, dict]]:
+    text = (ROOT / "README.md").read_text()
+    return [(next(ch for ch in CHAPTERS if ch.startswith(n)), parse_args(args)) for n, args in COMMAND.findall(text)]
+
+
+def run_chapter(chapter, parameters, tmp_path):
+    import papermill as pm
+
+    pm.execute_notebook(
+        str(BOOK / f"{chapter}.ipynb"),
+        str(tmp_path / f"{chapter}.ipynb"),
+        parameters={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in parameters.items()},
+        cwd=str(BOOK),
+        kernel_name="python3",
+        progress_bar=False,
+    )
 
 
 def cells(chapter):
@@ -64,14 +129,41 @@ def test_chapter_is_well_formed(chapter):
 @pytest.mark.chapters
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_runs_with_small_parameters(chapter, tmp_path):
-    import papermill as pm
-
     assert chapter in SMOKE, f"add smoke parameters for {chapter} to SMOKE in {__file__}"
-    pm.execute_notebook(
-        str(BOOK / f"{chapter}.ipynb"),
-        str(tmp_path / f"{chapter}.ipynb"),
-        parameters={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in SMOKE[chapter].items()},
-        cwd=str(BOOK),
-        kernel_name="python3",
-        progress_bar=False,
-    )
+    run_chapter(chapter, SMOKE[chapter], tmp_path)
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_reruns_with_a_readers_parameters(chapter, tmp_path):
+    assert RERUN.get(chapter), f"add a perturbed parameter set for {chapter} to RERUN in {__file__}"
+    run_chapter(chapter, {**SMOKE[chapter], **RERUN[chapter]}, tmp_path)
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter, index", [(ch, i) for ch in CHAPTERS for i in range(len(try_this_commands(ch)))])
+def test_try_this_commands_run(chapter, index, tmp_path):
+    run_chapter(chapter, {**SMOKE[chapter], **try_this_commands(chapter)[index]}, tmp_path)
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter, params", readme_commands())
+def test_readme_example_runs_as_written(chapter, params, tmp_path):
+    run_chapter(chapter, params, tmp_path)
+
+
+def test_readme_shows_a_rerun_example():
+    assert readme_commands(), "README shows how to rerun a chapter with other parameters"
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_out_of_range_parameters_stop_with_one_clear_line(chapter, tmp_path):
+    from papermill.exceptions import PapermillExecutionError
+
+    assert INVALID.get(chapter), f"add an out-of-range parameter for {chapter} to INVALID in {__file__}"
+    (name, value), = INVALID[chapter].items()
+    with pytest.raises(PapermillExecutionError) as err:
+        run_chapter(chapter, {**SMOKE[chapter], name: value}, tmp_path)
+    assert err.value.ename == "ValueError" and name in err.value.evalue, err.value.evalue
+    assert len(err.value.evalue.splitlines()) == 1
