@@ -1,11 +1,20 @@
 """explr.invariance: freezing what breaks scale invariance, and the checker."""
 import copy
+import math
 
 import pytest
 import torch
 from torch import nn
 
-from explr.invariance import check_scale_invariance, effective_lr, flat_norm, make_scale_invariant
+from explr.invariance import (
+    angular_identity_gap,
+    check_scale_invariance,
+    effective_lr,
+    equilibrium_step_angle,
+    flat_norm,
+    make_scale_invariant,
+    step_angle,
+)
 from explr.models import bn_mlp
 
 from digits_helpers import loss_fn
@@ -82,3 +91,46 @@ def test_effective_lr():
     params = [torch.ones(3), 2 * torch.ones(1)]
     assert flat_norm(params).item() == pytest.approx(7**0.5)
     assert effective_lr(0.7, params) == pytest.approx(0.1)
+
+
+def test_step_angle_is_accurate_for_tiny_and_large_angles():
+    a = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    for theta in (1e-9, 1e-4, 0.5, 3.0):
+        b = 3.0 * torch.tensor([[math.cos(theta), math.sin(theta), 0.0]], dtype=torch.float64)
+        assert abs(step_angle(a, b).item() - theta) < 1e-15 + 1e-12 * theta
+    # flat vectors give a 0-d tensor; an orthogonal step of length s from a norm-r point turns by atan(s/r)
+    r, s = 2.0, 0.3
+    turned = step_angle(torch.tensor([r, 0.0], dtype=torch.float64), torch.tensor([r, s], dtype=torch.float64))
+    assert turned.ndim == 0 and abs(turned.item() - math.atan(s / r)) < 1e-15 and turned.item() < s / r
+
+
+def test_equilibrium_step_angle_formula_and_validation():
+    assert equilibrium_step_angle(0.1, 0.05) == pytest.approx(0.1, abs=1e-15)
+    assert equilibrium_step_angle(0.5, 0.01, 0.9) == pytest.approx(math.sqrt(0.01 / 1.9))
+    for kw, name in (({"wd": 0.0}, "wd"), ({"lr": -1.0}, "lr"), ({"momentum": 1.0}, "momentum"),
+                     ({"lr": "0.1"}, "lr"), ({"wd": True}, "wd")):
+        args = {"lr": 0.1, "wd": 5e-4, "momentum": 0.0} | kw
+        with pytest.raises(ValueError, match=name):
+            equilibrium_step_angle(**args)
+
+
+def test_angular_identity_holds_exactly_for_gd_with_wd_on_an_invariant_loss():
+    """cos∠(θ_t, θ_{t+1}) = (1 − ηλ)‖θ_t‖/‖θ_{t+1}‖ on a scale-invariant loss: the gap is rounding only."""
+    lr, wd = 0.2, 0.01
+    gen = torch.Generator().manual_seed(0)
+    target = torch.randn(6, generator=gen, dtype=torch.float64)
+    theta = torch.randn(6, generator=gen, dtype=torch.float64)
+    thetas = [theta]
+    for _ in range(200):
+        t = theta.clone().requires_grad_(True)
+        loss = -torch.dot(t / t.norm(), target)  # scale invariant
+        (g,) = torch.autograd.grad(loss, t)
+        theta = theta - lr * (g + wd * theta)
+        thetas.append(theta)
+    thetas = torch.stack(thetas)
+    angles = step_angle(thetas[:-1], thetas[1:]).numpy()[:, None]
+    norms = thetas.norm(dim=-1).numpy()[:, None]
+    assert abs(angular_identity_gap(angles, norms, lr=lr, wd=wd)).max() < 1e-12
+    assert abs(angular_identity_gap(angles, norms, lr=lr, wd=2 * wd)).max() > 1e-3
+    with pytest.raises(ValueError, match="one more row"):
+        angular_identity_gap(angles, norms[1:], lr=lr, wd=wd)

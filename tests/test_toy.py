@@ -5,21 +5,16 @@ import numpy as np
 import pytest
 import torch
 
+from explr.invariance import angular_identity_gap, equilibrium_step_angle
 from explr.toy import (
     MODELS,
     angle_to_e1,
-    angular_identity_gap,
     check_window_claim,
-    equilibrium_step_angle,
     logistic_loss,
-    loglog_slope,
-    longest_stretch_at_or_below,
     loss_grad,
     population_grad,
-    returning_level,
     sample_batch,
     simulate,
-    step_angle,
     theorem_T1,
     theorem_T2,
     training_error,
@@ -94,13 +89,6 @@ def test_training_error_is_angle_over_pi():
     assert abs(angle_to_e1(torch.tensor([-2.0, 0.0, 0.0], dtype=torch.float64)).item() - math.pi) < 1e-12
 
 
-def test_step_angle_is_accurate_for_tiny_and_large_angles():
-    a = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
-    for theta in (1e-9, 1e-4, 0.5, 3.0):
-        b = 3.0 * torch.tensor([[math.cos(theta), math.sin(theta), 0.0]], dtype=torch.float64)
-        assert abs(step_angle(a, b).item() - theta) < 1e-15 + 1e-12 * theta
-
-
 def test_vectorised_simulation_equals_a_loop_over_seeds_with_autograd():
     """The batched implementation reproduces plain per-seed SGD (autograd) on the same random draws."""
     S, B, m, steps, lr, wd = 3, 5, 4, 25, 0.3, 0.2
@@ -164,7 +152,6 @@ def test_theorem_quantities():
         theorem_T1(1.0, **{**kw, "dim": 2})
     with pytest.raises(ValueError, match="delta"):
         theorem_T2(1.0)
-    assert abs(equilibrium_step_angle(0.1, 0.05) - 0.1) < 1e-15
 
 
 def test_window_claim_counts_violations():
@@ -183,35 +170,3 @@ def test_window_claim_counts_violations():
         check_window_claim(error, norm, starts=[n], **kw)
     with pytest.raises(ValueError, match="shape"):
         check_window_claim(error, norm[:, :1], **kw)
-
-
-def test_levels_stretches_and_slopes():
-    error = np.array([[0.5, 0.1], [0.1, 0.1], [0.1, 0.2], [0.4, 0.1], [0.1, 0.1]])
-    np.testing.assert_allclose(returning_level(error, 3), [0.4, 0.2])
-    np.testing.assert_allclose(returning_level(error, 1), [0.1, 0.1])
-    np.testing.assert_array_equal(longest_stretch_at_or_below(error, 0.1), [2, 2])
-    with pytest.raises(ValueError, match="window"):
-        returning_level(error, 6)
-    x = np.array([1.0, 4.0, 16.0, 64.0])
-    assert abs(loglog_slope(x, 3 * x**-0.5) + 0.5) < 1e-12
-    with pytest.raises(ValueError, match="positive"):
-        loglog_slope(x, -x)
-
-
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(models=("wd", "adam")), "models must be"),
-        (dict(models=()), "models must be"),
-        (dict(batch_size=0), "batch_size must be an integer >= 1"),
-        (dict(steps=2.5), "steps must be an integer"),
-        (dict(dim=2), "dim must be an integer >= 3"),
-        (dict(lr=0.0), "lr must be a finite number > 0"),
-        (dict(wd=20.0), "wd must be"),
-        (dict(wd=-0.1), "wd must be"),
-    ],
-)
-def test_simulate_rejects_bad_input(kwargs, match):
-    base = dict(models=ALL, steps=5, seeds=2, batch_size=4, lr=0.1, wd=0.01, dim=4)
-    with pytest.raises(ValueError, match=match):
-        simulate(**{**base, **kwargs})

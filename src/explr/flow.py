@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .toy import loglog_slope  # noqa: F401  (re-exported: the chapter measures slopes with it)
+from .stats import loglog_slope  # noqa: F401  (re-exported for chapter 5; its home is explr.stats)
 
 __all__ = [
     "FlatProblem",

@@ -9,11 +9,18 @@ Lemma 1.3 of Li & Arora (after Arora et al. 2019) then gives
 What breaks it in a real network: trainable affine parameters of the normalisation layers, the
 last (un-normalised) layer, biases of layers whose output is not normalised, the ``eps`` inside BN
 (L(cθ) ≠ L(θ) once c²·Var is comparable to eps) and BN's running statistics in eval mode.
+
+Angles.  On a scale-invariant loss only the direction θ/‖θ‖ matters, so the natural measure of one
+step is the angle ∠(θ_t, θ_{t+1}) between consecutive iterates (:func:`step_angle`).  With weight
+decay the norm settles where that angle is about √(2ηλ/(1+γ)) (:func:`equilibrium_step_angle`);
+without momentum an exact identity ties the angles to the norms (:func:`angular_identity_gap`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -25,6 +32,9 @@ __all__ = [
     "trainable_parameters",
     "flat_norm",
     "effective_lr",
+    "step_angle",
+    "equilibrium_step_angle",
+    "angular_identity_gap",
 ]
 
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -147,3 +157,59 @@ def flat_norm(tensors) -> torch.Tensor:
 def effective_lr(lr: float, params) -> float:
     """lr / ‖θ‖²: the step size on the unit sphere of a scale-invariant group (Lemma 1.3, ∇L(cθ) = ∇L(θ)/c)."""
     return lr / flat_norm(list(params)).item() ** 2
+
+
+def step_angle(theta, theta_next) -> torch.Tensor:
+    """∠(θ, θ') in [0, π] along the last dimension (one angle per row; a 0-d tensor for flat vectors).
+
+    Computed as 2 atan2(‖û − v̂‖, ‖û + v̂‖) with û = θ/‖θ‖, v̂ = θ'/‖θ'‖: exact for the half-angle of the
+    isosceles triangle (û, v̂), and accurate for tiny angles, where arccos(⟨û, v̂⟩) loses all digits
+    below ~1e-8, and near π.  For a step of length ‖θ' − θ‖ = η‖∇L‖ orthogonal to θ (Lemma 1.3, no
+    weight decay) the angle is atan(η‖∇L‖/‖θ‖): η‖∇L‖/‖θ‖ is its tangent.
+    """
+    theta, theta_next = torch.as_tensor(theta), torch.as_tensor(theta_next)
+    u = theta / theta.norm(dim=-1, keepdim=True)
+    v = theta_next / theta_next.norm(dim=-1, keepdim=True)
+    return 2 * torch.atan2((u - v).norm(dim=-1), (u + v).norm(dim=-1))
+
+
+def equilibrium_step_angle(lr: float, wd: float, momentum: float = 0.0) -> float:
+    """√(2ηλ/(1+γ)): the RMS angle per step at which SGD with learning rate η, weight decay λ and
+    momentum γ settles on a scale-invariant loss, to first order in ηλ.
+
+    γ = 0: the norm obeys ‖θ_{t+1}‖² = (1 − ηλ)²‖θ_t‖² + η²‖∇L‖², so at a steady norm the tangent of the
+    step angle, η‖∇L‖/((1 − ηλ)‖θ‖), has mean square 1/(1 − ηλ)² − 1 ≈ 2ηλ (exact version:
+    :func:`angular_identity_gap`); Li & Arora (2020, App. A, remark after the proof of Thm 3.1) note that
+    the angular fluctuation of their BN + WD toy model is at least of this size.  γ > 0: the same
+    balance with the momentum-averaged step gives √(2ηλ/(1+γ)) (Wan et al. 2021, "spherical motion
+    dynamics"; paper notes §6).
+    """
+    for name, value in (("lr", lr), ("wd", wd), ("momentum", momentum)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ValueError(f"{name} must be a number; got {value!r}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    if not (math.isfinite(wd) and wd > 0):
+        raise ValueError(f"wd must be a finite number > 0 (no equilibrium without weight decay); got {wd!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1); got {momentum!r}")
+    return math.sqrt(2 * lr * wd / (1 + momentum))
+
+
+def angular_identity_gap(step_angles, norms, *, lr: float, wd: float) -> np.ndarray:
+    """How far recorded runs are from an exact identity of SGD + WD (no momentum) on a scale-invariant
+    loss, per seed: over a window of n steps,
+
+        mean_t[−ln cos θ_t] − ( −ln(1 − ηλ) + ln(‖θ_end‖/‖θ_start‖)/n )      (= 0 up to rounding),
+
+    where θ_t = ∠(θ_t, θ_{t+1}).  Proof: the step −η∇L is orthogonal to θ (Lemma 1.3), so
+    cos θ_t = (1 − ηλ)‖θ_t‖/‖θ_{t+1}‖ exactly and the logarithms telescope.  Once the norm is in
+    equilibrium the RMS angle is therefore √(−2 ln(1 − ηλ)) ≈ √(2ηλ).  ``step_angles`` (n, seeds) and
+    ``norms`` (n + 1, seeds) of the same window.
+    """
+    step_angles, norms = np.asarray(step_angles), np.asarray(norms)
+    n = step_angles.shape[0]
+    if norms.shape[0] != n + 1:
+        raise ValueError(f"norms must have one more row than step_angles; got {norms.shape[0]} and {n}")
+    predicted = -math.log(1 - lr * wd) + np.log(norms[-1] / norms[0]) / n
+    return (-np.log(np.cos(step_angles))).mean(axis=0) - predicted

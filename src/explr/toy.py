@@ -32,10 +32,10 @@ Quantities of the theorem (all exact for this data distribution):
   because ℓ(t) = ℓ(−t) − t splits ℓ(y p) into an even function of p = uᵀx ~ N(0, 1) minus y p/2, and
   E[y p] = u_1 E|x_1| = u_1 √(2/π).  So the full-batch (B = ∞) gradient is −(I − u uᵀ) e_1/(√(2π)‖w‖)
   (:func:`population_grad`): the pull toward e_1 has size sin∠(w, e_1)/(√(2π)‖w‖);
-* the angle between consecutive iterates.  For a scale-invariant loss with WD,
-  ‖w_{t+1}‖² = (1 − ηλ)²‖w_t‖² + η²‖∇L‖², hence cos∠(w_t, w_{t+1}) = (1 − ηλ)‖w_t‖/‖w_{t+1}‖ exactly and
-  mean_t[−ln cos θ_t] = −ln(1 − ηλ) + ln(‖w_b‖/‖w_a‖)/(b − a) over any window a..b: once the norm is in
-  equilibrium the RMS angular step is √(−2 ln(1 − ηλ)) ≈ √(2ηλ) (:func:`angular_identity_gap`).
+* the angle between consecutive iterates, ∠(w_t, w_{t+1}) (:func:`explr.invariance.step_angle`), whose
+  RMS settles near √(2ηλ) once the norm is in equilibrium (:func:`explr.invariance.equilibrium_step_angle`,
+  exact identity: :func:`explr.invariance.angular_identity_gap`).  Statistics of the recorded error
+  (returning levels, longest stretches) are in :mod:`explr.stats`.
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from .invariance import step_angle
 
 __all__ = [
     "MODELS",
@@ -55,16 +57,10 @@ __all__ = [
     "simulate",
     "angle_to_e1",
     "training_error",
-    "step_angle",
     "theorem_T1",
     "theorem_T2",
     "WindowCheck",
     "check_window_claim",
-    "returning_level",
-    "longest_stretch_at_or_below",
-    "angular_identity_gap",
-    "equilibrium_step_angle",
-    "loglog_slope",
 ]
 
 #: The three models of Sec. 3, by name: (uses population BN, uses weight decay).
@@ -158,13 +154,6 @@ def training_error(w):
     disagree on a wedge of angle 2∠(w, e_1) out of 2π.)  Population BN does not change the sign.
     """
     return angle_to_e1(w) / math.pi
-
-
-def step_angle(w_prev, w_next):
-    """∠(w_prev, w_next) per row, as 2 atan2(‖â − b̂‖, ‖â + b̂‖) (accurate for tiny angles too)."""
-    a = w_prev / w_prev.norm(dim=-1, keepdim=True)
-    b = w_next / w_next.norm(dim=-1, keepdim=True)
-    return 2 * torch.atan2((a - b).norm(dim=-1), (a + b).norm(dim=-1))
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -314,57 +303,3 @@ def check_window_claim(error, norm, *, lr, wd, eps, delta, batch_size, dim, star
     fits = end < n
     ok = next_exceed[starts] <= end
     return WindowCheck(int(fits.sum()), int((fits & ~ok).sum()), length[fits])
-
-
-def returning_level(error, window: int):
-    """The largest level the error exceeds in *every* window of ``window`` consecutive steps, per seed.
-
-    min over t of max(error[t : t + window]); ``error`` of shape (time, seeds) → (seeds,).
-    """
-    error = np.asarray(error)
-    window = _positive("window", window, integer=True)
-    if window > error.shape[0]:
-        raise ValueError(f"window must be <= the number of recorded steps {error.shape[0]}; got {window}")
-    view = np.lib.stride_tricks.sliding_window_view(error, window, axis=0)
-    return view.max(axis=-1).min(axis=0)
-
-
-def longest_stretch_at_or_below(error, level):
-    """Longest run of consecutive steps with error <= ``level``, per seed; ``error`` (time, seeds)."""
-    below = np.asarray(error) <= level
-    best = np.zeros(below.shape[1], dtype=int)
-    run = np.zeros(below.shape[1], dtype=int)
-    for row in below:  # a loop over time on (seeds,) vectors: cheap
-        run = np.where(row, run + 1, 0)
-        best = np.maximum(best, run)
-    return best
-
-
-def equilibrium_step_angle(lr, wd):
-    """√(2ηλ): the RMS angle between consecutive iterates of SGD + WD on a scale-invariant loss in
-    norm equilibrium (to first order in ηλ; exact: √(−2 ln(1 − ηλ)) for the mean of −2 ln cos θ)."""
-    return math.sqrt(2 * _positive("lr", lr) * _positive("wd", wd))
-
-
-def angular_identity_gap(step_angle, norm, *, lr, wd):
-    """Exact identity for SGD + WD on a scale-invariant loss, per seed: over the recorded window,
-
-        mean_t[−ln cos θ_t] − ( −ln(1 − ηλ) + ln(‖w_end‖/‖w_start‖)/n )   (= 0 up to rounding),
-
-    where θ_t = ∠(w_t, w_{t+1}), t = start..end−1, n = end − start.  ``step_angle`` (n, seeds) and
-    ``norm`` (n + 1, seeds) of the same window.
-    """
-    step_angle, norm = np.asarray(step_angle), np.asarray(norm)
-    n = step_angle.shape[0]
-    if norm.shape[0] != n + 1:
-        raise ValueError(f"norm must have one more row than step_angle; got {norm.shape[0]} and {n}")
-    predicted = -math.log(1 - lr * wd) + np.log(norm[-1] / norm[0]) / n
-    return (-np.log(np.cos(step_angle))).mean(axis=0) - predicted
-
-
-def loglog_slope(x, y):
-    """Least-squares slope of ln y against ln x (the exponent p of y ∝ x^p)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.shape != y.shape or x.size < 2 or (x <= 0).any() or (y <= 0).any():
-        raise ValueError("x and y must be positive arrays of the same shape with at least 2 points")
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
