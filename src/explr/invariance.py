@@ -213,3 +213,33 @@ def angular_identity_gap(step_angles, norms, *, lr: float, wd: float) -> np.ndar
         raise ValueError(f"norms must have one more row than step_angles; got {norms.shape[0]} and {n}")
     predicted = -math.log(1 - lr * wd) + np.log(norms[-1] / norms[0]) / n
     return (-np.log(np.cos(step_angles))).mean(axis=0) - predicted
+
+
+def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: float, wd: float,
+                            momentum: float = 0.0) -> np.ndarray:
+    """Effective learning rate η/‖θ‖² after a change of (η, λ) at step 0, relative to its value just before:
+    the mean-field model of the norm under SGD + WD on a scale-invariant loss.
+
+    With x = ‖θ‖² and G = ‖∇L(θ/‖θ‖)‖ (the gradient on the unit sphere, taken as constant), one step changes
+    x by −2ηλ/(1−γ)·x from the weight decay and by ∝ η²G²/x from the gradient (orthogonal to θ, Lemma 1.3),
+    so x² relaxes exponentially, at rate 4ηλ/(1−γ) per step, to an equilibrium ∝ η/λ (the same balance as
+    :func:`equilibrium_step_angle`). Starting from equilibrium under (η₀, λ₀) and switching to
+    (η, λ) = (r_η η₀, r_λ λ₀) — the new values are ``lr`` and ``wd`` — gives, with q = r_η / r_λ and
+    τ = (1−γ)/(4ηλ),
+
+        x_t² / x_0² = q + (1 − q) e^{−t/τ},        η_t^eff / η_0^eff = r_η / √(q + (1 − q) e^{−t/τ}).
+
+    Step Decay (r_η = 0.1, r_λ = 1) drops 10× at once and climbs back; TEXP--, which equals a constant
+    learning rate with the weight decay cut (r_η = 1, r_λ = 0.1, Li & Arora Sec. 5), falls gradually; both
+    tend to √(r_η r_λ) = 1/√10 on the same time scale τ.
+    """
+    for name, value in (("lr_ratio", lr_ratio), ("wd_ratio", wd_ratio), ("lr", lr), ("wd", wd)):
+        if isinstance(value, bool) or not (isinstance(value, (int, float, np.floating, np.integer))
+                                           and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1); got {momentum!r}")
+    t = np.asarray(steps, dtype=float)
+    q = lr_ratio / wd_ratio
+    tau = (1 - momentum) / (4 * lr * wd)
+    return lr_ratio / np.sqrt(q + (1 - q) * np.exp(-t / tau))
