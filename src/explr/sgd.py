@@ -11,10 +11,13 @@ with θ_{−1} = θ_0 for a zero initial momentum.  With v_t = (θ_{t−1} − �
 
 :func:`paper_sgd_step` implements the first form literally (the tests check it against
 ``torch.optim.SGD``); :func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
-:class:`explr.scheduler.PerStepLR` and records what the chapters plot.
+:class:`explr.scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
+Lemma B.1 (the growth of ‖θ‖ under momentum SGD on a scale-invariant loss) and
+:func:`exp_lr_overflow_step` says when an exponential schedule leaves a floating-point format.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +26,17 @@ from tqdm import tqdm
 
 from .invariance import flat_norm, trainable_parameters
 from .scheduler import PerStepLR
+from .schedules import alpha
 
-__all__ = ["paper_sgd_step", "Trajectory", "train_sgd", "output_deviation", "prediction_agreement"]
+__all__ = [
+    "paper_sgd_step",
+    "Trajectory",
+    "train_sgd",
+    "output_deviation",
+    "prediction_agreement",
+    "norm_recursion",
+    "exp_lr_overflow_step",
+]
 
 
 def paper_sgd_step(theta, theta_prev, lr, lr_prev, grad, wd, momentum):
@@ -46,6 +58,8 @@ class Trajectory:
     losses : (steps,) -- the training loss of every step's batch.
     lrs : (steps,) -- the learning rate the optimizer actually used (after any rescaling).
     rescale : float -- the final equivalent-rescaling factor R of the scheduler (1 without).
+    sq_norms : (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
+    sq_updates : (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
     """
 
     outputs: np.ndarray | None
@@ -54,6 +68,8 @@ class Trajectory:
     losses: np.ndarray
     lrs: np.ndarray
     rescale: float
+    sq_norms: np.ndarray
+    sq_updates: np.ndarray
 
 
 def train_sgd(
@@ -98,6 +114,9 @@ def train_sgd(
         recorded.append(k)
 
     losses, used_lrs = np.empty(steps), np.empty(steps)
+    sq_norms, sq_updates = np.empty(steps + 1), np.empty(steps)
+    previous = torch.cat([p.detach().reshape(-1) for p in params])
+    sq_norms[0] = previous.square().sum().item()
     for k in tqdm(range(steps), disable=not progress, desc="SGD", leave=False):
         if k % record_every == 0:
             record(k)
@@ -109,6 +128,10 @@ def train_sgd(
         optimizer.step()
         scheduler.step()
         losses[k] = loss.item()
+        current = torch.cat([p.detach().reshape(-1) for p in params])
+        sq_norms[k + 1] = current.square().sum().item()
+        sq_updates[k] = (current - previous).square().sum().item()
+        previous = current
     record(steps)
     return Trajectory(
         outputs=np.stack(outputs) if probe is not None else None,
@@ -117,6 +140,8 @@ def train_sgd(
         losses=losses,
         lrs=used_lrs,
         rescale=scheduler.rescale,
+        sq_norms=sq_norms,
+        sq_updates=sq_updates,
     )
 
 
@@ -132,3 +157,41 @@ def prediction_agreement(a: Trajectory, b: Trajectory) -> np.ndarray:
     """Fraction of probe inputs whose predicted class (argmax of the output) agrees, per recorded step."""
     output_deviation(a, b)  # same validation
     return (a.outputs.argmax(-1) == b.outputs.argmax(-1)).mean(axis=-1)
+
+
+def norm_recursion(sq_norms, sq_updates, lr, momentum: float) -> np.ndarray:
+    """The norm growth Δ_t = ‖θ_{t+1}‖² − ‖θ_t‖² that Lemma B.1 of Li & Arora predicts, t = 0..T−1.
+
+    For SGD with momentum γ and no weight decay on a scale-invariant loss (⟨∇L(θ), θ⟩ = 0), with
+    d_t = θ_{t+1} − θ_t and a zero initial momentum buffer,
+
+        Δ_t = γ_t (Δ_{t−1} + ‖d_{t−1}‖²) + ‖d_t‖²,    γ_t = γ η_t / η_{t−1},    Δ_0 = ‖d_0‖².
+
+    For a constant learning rate γ_t = γ, and this is the lemma's ‖θ_{t+1}‖² − ‖θ_t‖² =
+    γ(‖θ_t‖² − ‖θ_{t−1}‖²) + ‖d_t‖² + γ‖d_{t−1}‖²; so Δ_t ≥ 0, the norm never decreases.  (Proof:
+    Δ_t = 2⟨θ_t, d_t⟩ + ‖d_t‖², d_t = γ_t d_{t−1} − η_t ∇L(θ_t), and 2⟨θ_t, d_{t−1}⟩ =
+    Δ_{t−1} + ‖d_{t−1}‖².)  Inputs are measured: ``sq_norms`` = ‖θ_t‖², t = 0..T, ``sq_updates`` =
+    ‖d_t‖² and ``lr`` = η_t, t = 0..T−1 (e.g. :class:`Trajectory`'s fields); each Δ_t is predicted from
+    the *measured* Δ_{t−1}, so comparing with ``np.diff(sq_norms)`` tests every step on its own.
+    """
+    sq_norms, sq_updates, lr = (np.asarray(a, dtype=np.float64) for a in (sq_norms, sq_updates, lr))
+    if not (len(sq_norms) == len(sq_updates) + 1 == len(lr) + 1):
+        raise ValueError(f"need T + 1 squared norms and T updates and learning rates; got "
+                         f"{len(sq_norms)}, {len(sq_updates)}, {len(lr)}")
+    growth = np.diff(sq_norms)
+    predicted = sq_updates.copy()
+    predicted[1:] += momentum * lr[1:] / lr[:-1] * (growth[:-1] + sq_updates[:-1])
+    return predicted
+
+
+def exp_lr_overflow_step(lr: float, wd: float, momentum: float, limit: float = float(np.finfo(np.float32).max)):
+    """First step k at which the exponential schedule η̃_k = η α^{−2k−1} (Thms 2.1/2.5) exceeds ``limit``.
+
+    ``limit`` defaults to float32's largest value, ≈ 3.4e38 = e^88.7.  Solved in log space,
+    k = ⌊(ln(limit/η)/ln(1/α) − 1)/2⌋ + 1, so it never overflows itself; ``None`` when wd = 0 (α = 1,
+    the schedule is constant).  :func:`~explr.schedules.alpha` validates the arguments.
+    """
+    a = alpha(lr, wd, momentum)
+    if wd == 0:
+        return None
+    return max(0, math.floor((math.log(limit / lr) / -math.log(a) - 1) / 2) + 1)
