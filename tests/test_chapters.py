@@ -37,10 +37,12 @@ SMOKE = {
 
 # A second parameter set per chapter, applied on top of SMOKE: what a reader would change (seconds, too).
 RERUN = {
+    "01_scale_invariance": {"seed": 2, "batch_size": 64, "lr": 2.0, "steps": 15},
 }
 
 # One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
 INVALID = {
+    "01_scale_invariance": {"batch_size": 1},
 }
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
