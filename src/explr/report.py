@@ -144,7 +144,7 @@ def _t_p(d: np.ndarray, popmean: float, alternative: str) -> float:
     """p-value of a one-sample t-test of the paired differences (a constant sample is decided exactly)."""
     from scipy import stats
 
-    if np.ptp(d) == 0:  # no spread: the test statistic is ±inf or undefined
+    if np.ptp(d) <= 1e-12:  # no spread (to rounding): the test statistic is ±inf or undefined
         delta = float(d[0]) - popmean
         if alternative == "greater":
             return 0.0 if delta > 0 else 1.0
@@ -179,7 +179,7 @@ def compare(a: ScheduleSummary, b: ScheduleSummary, kind: str, margin: float = E
     half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n)
     ci = (float(d.mean() - half), float(d.mean() + half))
     p_paired = _t_p(d, 0.0, "two-sided")
-    if np.ptp(a.final) == 0 and np.ptp(b.final) == 0:
+    if np.ptp(a.final) <= 1e-12 and np.ptp(b.final) <= 1e-12:
         p_welch = 1.0 if a.mean == b.mean else 0.0
     else:
         p_welch = float(stats.ttest_ind(a.final, b.final, equal_var=False).pvalue)
