@@ -4,7 +4,7 @@
 
 Small-batch ResNet training on a large GPU is bound by kernel launches from Python, so one process
 leaves most of the GPU idle; separate processes (``python -m explr.cifar10 --jobs K``) fill the gaps.
-For each K this starts K processes, each a full engine (``explr.train.Trainer``: on-device data,
+For each K this starts K processes, each a full engine (``explr.cifar10.Trainer``: on-device data,
 augmentation, PerStepLR with rescaling, metric sums) on synthetic CIFAR-shaped data.  After
 ``--warmup`` steps they wait at a barrier, then each trains for ``--seconds`` and reports its images/s.
 The table gives the sum over processes and the ratio to K = 1 measured in the same invocation.
@@ -20,8 +20,7 @@ import time
 def _worker(rank: int, args, barrier, queue) -> None:
     import torch
 
-    from explr.data import make_synthetic
-    from explr.train import TrainConfig, Trainer
+    from explr.cifar10 import TrainConfig, Trainer, make_synthetic
 
     torch.set_num_threads(args.threads)
     B = args.batch_size

@@ -5,7 +5,7 @@
 
 Both loops train the same model (same depth, seed, channels_last, precision, device, batch size).
 The bare loop reuses one pre-normalised batch and does only zero_grad / forward / loss / backward /
-SGD step.  The engine (``explr.train.Trainer``: ``begin_epoch`` / ``run_steps`` / ``end_epoch``, the
+SGD step.  The engine (``explr.cifar10.Trainer``: ``begin_epoch`` / ``run_steps`` / ``end_epoch``, the
 code ``train_epoch`` runs) additionally draws the epoch's permutation, crops, flips and normalises
 every batch on the device, plays the schedule through PerStepLR (with overflow-safe rescaling for the
 exponential schedules) and accumulates loss and accuracy on the device, syncing with the host every
@@ -26,9 +26,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from explr.data import make_synthetic
+from explr.cifar10 import TrainConfig, Trainer, make_synthetic
+from explr.cifar10.config import add_config_arguments
+from explr.cifar10.hardware import available_cpus, resolve_device, resolve_precision, resolve_threads
 from explr.models import PreResNet
-from explr.train import SCHEDULES, TrainConfig, Trainer, resolve_device, resolve_precision
 
 
 def sync(device):
@@ -46,7 +47,7 @@ def bench(args, precision):
     arrays = make_synthetic(n_train=B * total, n_test=B, seed=0)
     config = TrainConfig(schedule=args.schedule, epochs=2, batch_size=B, depth=args.depth, device=str(device),
                          precision=precision, channels_last=args.channels_last, compile=args.compile,
-                         log_every=args.log_every, decay_epochs=())
+                         log_every=args.log_every, decay_epochs=(), threads=torch.get_num_threads())
     trainer = Trainer(config.validate(), arrays, device)
 
     dtype = torch.float64 if precision == "fp64" else torch.float32
@@ -112,25 +113,20 @@ def bench(args, precision):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--depth", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["auto", "fp32", "bf16", "fp64"])
+    # the model and hardware options are TrainConfig's own (same flags, rules and help as the CLI)
+    add_config_arguments(p, names=("schedule", "depth", "batch_size", "precision", "device", "threads",
+                                   "channels_last", "compile", "log_every"), sweep=("precision",))
+    p.set_defaults(schedule="texp", precision=["fp32", "bf16"])
     p.add_argument("--steps", type=int, default=20, help="timed steps (--timing step) or steps per round (round)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps (step) or rounds (round) first")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds (--timing round only)")
     p.add_argument("--timing", choices=["auto", "step", "round"], default="auto",
                    help="paired single steps (CPU default) or synchronised rounds (GPU default)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="texp", help="the engine's schedule")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"])
-    p.add_argument("--log-every", type=int, default=25)
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(resolve_threads(args.threads, resolve_device(args.device)))
     print(f"PreResNet{args.depth}, batch {args.batch_size}, {args.steps} steps/round, channels_last={args.channels_last}, "
-          f"compile={args.compile}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+          f"compile={args.compile}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads "
+          f"({available_cpus()} available)")
     rows = []
     for precision in args.precision:
         rows.append(bench(args, precision))

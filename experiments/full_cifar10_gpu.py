@@ -3,7 +3,7 @@
 
     PYTHONPATH=src python experiments/full_cifar10_gpu.py --data cifar10-jpeg.tar.gz --budget 540 --pack OUTDIR
 
-1. Decode the data once (``explr.data`` caches the uint8 arrays under ``--data-root``).
+1. Decode the data once (``explr.cifar10.data`` caches the uint8 arrays under ``--data-root``).
 2. Measure the aggregate throughput of 1 and ``--concurrency`` engine processes
    (``benchmarks/bench_concurrency.py``).
 3. Pick the first plan of ``PLANS`` (epochs of the main recipe, seeds) whose predicted time fits what is
@@ -100,7 +100,7 @@ def main() -> int:
     dest.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
-    from explr.data import load_cifar10
+    from explr.cifar10 import load_cifar10
     arrays = load_cifar10(args.data, root=args.data_root, progress=False)
     log(f"data: {arrays.describe()['source']} {arrays.x_train.shape} {arrays.x_test.shape}")
 

@@ -1,4 +1,4 @@
-"""explr.data: CIFAR-10 python batches and .npz on generated files, the md5 gate, the device sampler."""
+"""explr.cifar10.data: CIFAR-10 python batches and .npz on generated files, the md5 gate, the device sampler."""
 import functools
 import hashlib
 import http.server
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from explr.data import (
+from explr.cifar10.data import (
     CifarArrays,
     DataError,
     DeviceData,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explr.data import CLASSES, DataError, load_cifar10, load_image_folder, make_synthetic, write_image_folder
+from explr.cifar10.data import CLASSES, DataError, load_cifar10, load_image_folder, make_synthetic, write_image_folder
 
 
 @pytest.fixture(scope="module")

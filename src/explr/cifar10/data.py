@@ -30,13 +30,16 @@ import os
 import pickle
 import sys
 import tarfile
-import tempfile
+import zipfile
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .files import atomic_write
 
 __all__ = [
     "CLASSES",
@@ -109,6 +112,27 @@ class CifarArrays:
         if not self.sha256:
             object.__setattr__(self, "sha256", arrays_sha256(self.x_train, self.y_train, self.x_test, self.y_test))
 
+    @cached_property
+    def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel mean and standard deviation of the training images in [0, 1] units (for normalisation).
+
+        Raises :class:`DataError` if a channel is constant (std 0): nothing to learn from it, and
+        normalising would divide by zero.
+        """
+        flat = self.x_train.reshape(-1, self.x_train.shape[-1])
+        sums, sq = np.zeros(flat.shape[1]), np.zeros(flat.shape[1])
+        for chunk in np.array_split(flat, max(1, len(flat) // 4_000_000)):
+            c64 = chunk.astype(np.float64) / 255.0
+            sums += c64.sum(0)
+            sq += np.square(c64).sum(0)
+        mean = sums / len(flat)
+        std = np.sqrt(np.maximum(sq / len(flat) - mean**2, 0.0))
+        if not np.all(std > 0):
+            constant = [int(c) for c in np.flatnonzero(~(std > 0))]
+            raise DataError(f"{self.source}: the training images are constant in channel(s) {constant} (std 0): "
+                            f"nothing to learn, and normalising would divide by zero. {HOW_TO_GET}")
+        return mean, std
+
     def describe(self) -> dict:
         """JSON-able summary for a run's manifest."""
         return {
@@ -179,8 +203,8 @@ def load_npz(path) -> CifarArrays:
         raise
     except ValueError as err:  # object arrays need pickle, which is refused
         raise DataError(f"{path}: holds arrays that need pickle to load, which is refused ({err}). {HOW_TO_GET}") from None
-    except (OSError, EOFError) as err:
-        raise DataError(f"{path}: not a readable .npz file ({err}). {HOW_TO_GET}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # truncated or damaged
+        raise DataError(f"{path}: not a readable .npz file, truncated or damaged ({err}). {HOW_TO_GET}") from None
     x_train, y_train = _check_split("train", arrays["x_train"], arrays["y_train"], str(path))
     x_test, y_test = _check_split("test", arrays["x_test"], arrays["y_test"], str(path))
     return CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind="npz",
@@ -501,17 +525,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True) -> Ci
                          files={path.name: "sha256:" + key})
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=f".{cache.name}.", suffix=".tmp")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; a cache is as readable as any other file
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS})
-            os.replace(tmp, cache)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(cache, lambda f: np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS}))
     return arrays
 
 
@@ -625,15 +639,7 @@ class DeviceData:
         self.n_train, self.h, self.w, self.c = x.shape
         self.n_test = len(arrays.y_test)
         if mean is None or std is None:
-            flat = x.reshape(-1, self.c)
-            sums = np.zeros(self.c)
-            sq = np.zeros(self.c)
-            for chunk in np.array_split(flat, max(1, len(flat) // 4_000_000)):
-                c64 = chunk.astype(np.float64) / 255.0
-                sums += c64.sum(0)
-                sq += np.square(c64).sum(0)
-            mean = sums / len(flat)
-            std = np.sqrt(sq / len(flat) - mean**2)
+            mean, std = arrays.channel_stats
         self.mean = np.asarray(mean, dtype=np.float64)
         self.std = np.asarray(std, dtype=np.float64)
         if self.mean.shape != (self.c,) or self.std.shape != (self.c,) or not np.all(self.std > 0):

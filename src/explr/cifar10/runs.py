@@ -1,80 +1,70 @@
-"""The CIFAR-10 training engine: schedules of Li & Arora (2020, Sec. 5) on a PreResNet, resumable runs.
+"""One run of the CIFAR-10 engine on disk: its folder, lock, manifest, metrics, checkpoint, resume and signals.
 
-One run = one (schedule, seed) pair trained for ``epochs`` epochs, written to its own directory::
+One run = one (schedule, seed) pair trained for ``epochs`` epochs, written to ``<out>/<schedule>/seed<seed>/``::
 
-    manifest.json    full config, resolved device/precision, data source and checksum, git commit,
-                     torch version, status ("running", "finished", "diverged", "interrupted")
+    manifest.json    full config, resolved device/precision/threads, data source (name, kind, sha256), git
+                     commit, torch version, status ("running", "finished", "diverged", "interrupted")
     metrics.jsonl    one JSON object per finished epoch (see ``METRIC_KEYS``); rewritten atomically
     checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
+    .lock            held (``fcntl.flock``) by the process training the run; holds its pid
 
-The five schedules (``SCHEDULES``), for base lr η₀, weight decay λ, momentum γ, E epochs of S steps:
+Metrics report the schedule's lr (``lr``), the optimizer's actual lr (``lr_opt``), the accumulated
+rescaling factor R = lr_opt/lr (``rescale``), ‖θ‖ in the schedule's units (``weight_norm`` =
+‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖² (Li & Arora 2020, Lemma 1.3).
 
-* ``step``        -- step decay (η₀, ×``decay_factor`` at ``decay_epochs``) with weight decay λ;
-* ``texp``        -- its exact weight-decay-free equivalent, TEXP (Theorem 2.12, with the momentum
-                     corrections of :func:`explr.schedules.texp`), no weight decay;
-* ``texp--``      -- TEXP-- (Sec. 5): TEXP without the instant LR drops, no weight decay;
-* ``cosine``      -- cosine annealing per epoch, η_e = η₀(1 + cos(πe/E))/2, with weight decay λ;
-* ``cosine-texp`` -- TEXP of that per-epoch cosine (one phase per epoch, corrections on): the
-                     paper's cosine/exponential hybrid, no weight decay.
-
-The exponential ones run through :class:`explr.scheduler.PerStepLR` with ``rescale_above``: when
-the learning rate would exceed it, (θ, v, lr) → (cθ, v/c, c²lr) -- the same network function -- and
-the BN running statistics are rescaled with θ (:meth:`explr.models.PreResNet.rescale_bn_statistics`),
-so float32/bf16 never overflow.  Metrics report the schedule's lr (``lr``), the optimizer's actual
-lr (``lr_opt``), the accumulated factor R = lr_opt/lr (``rescale``), ‖θ‖ in the schedule's units
-(``weight_norm`` = ‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖² (Lemma 1.3).
-
-The hot loop keeps everything on the device (data, augmentation, metric sums) and synchronises with
-the host only every ``log_every`` steps (progress bar, NaN/inf check) and at the end of an epoch.
+Safety.  :func:`check_run` inspects a run folder without writing anything: a folder held by a live
+process, a run that exists without ``resume``, a corrupt manifest or checkpoint (the message says
+what to delete), or a resume with other trajectory-defining settings, other *resolved* device type,
+precision or CPU threads, or other data (sha256, also for finished runs) is a :class:`RunError`.
+:func:`train_run` takes the lock, removes temporary files a killed writer left, checks again and
+trains.  SIGINT or SIGTERM (:func:`handle_signals`) ends a run with status "interrupted" and the
+checkpoint of its last finished epoch intact; ``resume=True`` continues it exactly.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
+import errno
+import fcntl
 import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .data import CifarArrays, DeviceData, load_cifar10
-from .invariance import flat_norm
-from .models import PreResNet
-from .scheduler import PerStepLR
-from .schedules import CORRECTIONS, cosine, step_decay, texp, texp_minus_minus
+from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig
+from .data import CifarArrays, load_cifar10
+from .engine import Trainer, TrainingDiverged
+from .files import atomic_write, remove_leftovers, write_json
+from .hardware import device_name, resolve_device, resolve_precision, resolve_threads
 
 __all__ = [
-    "SCHEDULES",
-    "EXPONENTIAL",
+    "FORMAT",
     "METRIC_KEYS",
-    "TrainConfig",
-    "TrainingDiverged",
-    "Trainer",
+    "TIMING_KEYS",
+    "RunError",
+    "RunLocked",
+    "Terminated",
     "RunResult",
-    "schedule_arrays",
-    "default_decay_epochs",
-    "train_run",
-    "resume_mismatch",
-    "run_many",
-    "run_dir",
-    "read_metrics",
+    "RunLock",
+    "check_run",
+    "handle_signals",
+    "lock_holder",
     "load_runs",
+    "read_metrics",
+    "run_dir",
+    "train_run",
 ]
 
-SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
-EXPONENTIAL = ("texp", "texp--", "cosine-texp")
-PRECISIONS = ("auto", "fp32", "bf16", "fp64")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+FORMAT = "explr.cifar10/1"
 METRIC_KEYS = (
     "epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "lr_opt", "rescale",
     "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr", "seconds", "train_seconds",
@@ -82,166 +72,29 @@ METRIC_KEYS = (
 )
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
-#: config fields that define the trajectory; a resumed run must agree on all of them.
-TRAJECTORY_KEYS = (
-    "schedule", "epochs", "seed", "lr", "wd", "momentum", "batch_size", "decay_epochs", "decay_factor",
-    "depth", "invariant", "bn_eps", "corrections", "rescale_above", "augment", "precision",
-)
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
+LOCK = ".lock"
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
 
 
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite; the last good checkpoint is kept."""
+class RunError(ValueError):
+    """A run folder cannot be used as asked (exists, corrupt, other settings or data); one line, says what to do."""
 
 
-# ----------------------------------------------------------------------------- configuration
-@dataclass
-class TrainConfig:
-    """Everything that defines a run (the CLI flag of a field is ``--`` + its name with ``-``).
-
-    ``decay_epochs=None`` means the step-decay milestones at 50 % and 75 % of ``epochs`` (100 and
-    150 of 200, the usual CIFAR recipe).  ``precision="auto"``: bf16 autocast on CUDA, float32
-    elsewhere.  ``device="auto"``: CUDA if available, else CPU.
-    """
-
-    schedule: str = "step"
-    epochs: int = 200
-    seed: int = 0
-    lr: float = 0.1
-    wd: float = 5e-4
-    momentum: float = 0.9
-    batch_size: int = 128
-    decay_epochs: tuple | None = None
-    decay_factor: float = 0.1
-    depth: int = 32
-    invariant: bool = True
-    bn_eps: float = 1e-5
-    corrections: str = "all"
-    rescale_above: float = 100.0
-    augment: bool = True
-    data: str = "auto"
-    data_root: str = "data"
-    device: str = "auto"
-    precision: str = "auto"
-    channels_last: bool = True
-    compile: str = "none"
-    threads: int | None = None
-    eval_batch_size: int = 1000
-    log_every: int = 25
-
-    def validate(self) -> "TrainConfig":
-        """Raise ``ValueError`` naming the field (and its CLI flag) for any invalid value."""
-
-        def bad(name, rule, value):
-            raise ValueError(f"{name} (--{name.replace('_', '-')}) must be {rule}; got {value!r}")
-
-        def pos_int(name, minimum=1):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-                bad(name, f"an integer >= {minimum}", v)
-
-        def finite(name, lo=None, hi=None, lo_open=False, hi_open=False):
-            v = getattr(self, name)
-            ok = isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(v)
-            if ok and lo is not None:
-                ok = v > lo if lo_open else v >= lo
-            if ok and hi is not None:
-                ok = v < hi if hi_open else v <= hi
-            if not ok:
-                rule = f"a finite number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-                bad(name, rule, v)
-
-        if self.schedule not in SCHEDULES:
-            bad("schedule", f"one of {', '.join(SCHEDULES)}", self.schedule)
-        pos_int("epochs")
-        pos_int("seed", 0)
-        pos_int("batch_size")
-        pos_int("eval_batch_size")
-        pos_int("log_every")
-        finite("lr", 0, math.inf, lo_open=True, hi_open=True)
-        finite("wd", 0, math.inf, hi_open=True)
-        finite("momentum", 0, 1, hi_open=True)
-        finite("decay_factor", 0, 1, lo_open=True)
-        finite("bn_eps", 0, math.inf, lo_open=True, hi_open=True)
-        finite("rescale_above", 0, math.inf, lo_open=True, hi_open=True)
-        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 8 or (self.depth - 2) % 6:
-            bad("depth", "6n + 2 with n >= 1 (20, 32, 56, ...)", self.depth)
-        if self.decay_epochs is not None:
-            ms = list(self.decay_epochs)
-            if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) for m in ms) or any(
-                b <= a for a, b in zip(ms, ms[1:])
-            ) or (ms and (ms[0] < 1 or ms[-1] >= self.epochs)):
-                bad("decay_epochs", f"strictly increasing integers in [1, epochs - 1] = [1, {self.epochs - 1}]", ms)
-        if self.corrections not in CORRECTIONS:
-            bad("corrections", f"one of {', '.join(CORRECTIONS)}", self.corrections)
-        if self.precision not in PRECISIONS:
-            bad("precision", f"one of {', '.join(PRECISIONS)}", self.precision)
-        if self.compile not in COMPILE_MODES:
-            bad("compile", f"one of {', '.join(COMPILE_MODES)}", self.compile)
-        if self.threads is not None:
-            pos_int("threads")
-        if self.schedule in EXPONENTIAL and not self.invariant:
-            raise ValueError(
-                f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
-                "network and rescaled during training; it needs invariant=True (drop --no-invariant)"
-            )
-        try:
-            torch.device("cuda" if self.device == "auto" else self.device)
-        except (RuntimeError, TypeError):
-            bad("device", "'auto', 'cpu', 'cuda', 'cuda:N', 'mps' or another torch device", self.device)
-        return self
-
-    def milestones(self) -> list[int]:
-        return list(self.decay_epochs) if self.decay_epochs is not None else default_decay_epochs(self.epochs)
+class RunLocked(RunError):
+    """Another live process holds the run folder's lock."""
 
 
-def default_decay_epochs(epochs: int) -> list[int]:
-    """Step-decay milestones at 50 % and 75 % of training ([100, 150] for 200 epochs)."""
-    return sorted({m for m in (round(0.5 * epochs), round(0.75 * epochs)) if 1 <= m <= epochs - 1})
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised by the handler of :func:`handle_signals`)."""
 
 
-def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
-    """Per-step (lr, wd) arrays of ``config.schedule``, and whether it is exponential (module docstring)."""
-    c = config
-    E, S = c.epochs, steps_per_epoch
-    if c.schedule in ("step", "texp", "texp--"):
-        base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
-    else:
-        base = cosine(c.lr, E, S, per="epoch")
-    if c.schedule in ("step", "cosine"):
-        return base, np.full(len(base), float(c.wd)), False
-    if c.schedule == "texp--":
-        eq = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
-    else:
-        eq = texp(base, c.wd, c.momentum, corrections=c.corrections)
-    return eq.lr, eq.wd, True
-
-
-# ----------------------------------------------------------------------------- small utilities
-def _atomic_write(path: Path, write) -> None:
-    """Write via a temporary file in the same folder, fsync, then os.replace (never a torn file)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_json(path, obj) -> None:
-    _atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
-
-
-def _write_metrics(path, rows) -> None:
-    _atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+# ----------------------------------------------------------------------------- reading runs
+def run_dir(out, schedule: str, seed: int) -> Path:
+    """Where a run lives: ``<out>/<schedule>/seed<seed>``."""
+    return Path(out) / schedule / f"seed{seed}"
 
 
 def read_metrics(path) -> list[dict]:
@@ -250,11 +103,6 @@ def read_metrics(path) -> list[dict]:
     if path.is_dir():
         path = path / METRICS
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_dir(out, schedule: str, seed: int) -> Path:
-    """Where a run lives: ``<out>/<schedule>/seed<seed>``."""
-    return Path(out) / schedule / f"seed{seed}"
 
 
 def load_runs(out) -> list[dict]:
@@ -270,6 +118,210 @@ def load_runs(out) -> list[dict]:
     return runs
 
 
+# ----------------------------------------------------------------------------- the lock
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def lock_holder(folder) -> tuple[int | None, bool]:
+    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing."""
+    path = Path(folder) / LOCK
+    if not path.is_file():
+        return None, False
+    pid = _read_pid(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return pid, False
+    except BlockingIOError:
+        return pid, True
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``folder/.lock`` for the whole run; the file holds the holder's pid.
+
+    The kernel releases the lock when its process dies, however it dies.  A pid left in the file with
+    no lock held is a stale lock of a process that was killed: :attr:`stale_pid` reports it.
+    """
+
+    def __init__(self, folder):
+        self.path = Path(folder) / LOCK
+        self.fd = None
+        self.stale_pid = None
+
+    def __enter__(self) -> "RunLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        for attempt in range(20):  # a concurrent check_run holds a shared lock for microseconds
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 19:
+                    pid = _read_pid(self.path)
+                    os.close(fd)
+                    raise RunLocked(_locked_message(self.path.parent, pid)) from None
+                time.sleep(0.05)
+        previous = _read_pid(self.path)
+        self.stale_pid = previous if previous not in (None, os.getpid()) else None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly, not stale
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
+def _locked_message(folder: Path, pid: int | None) -> str:
+    who = f"process {pid}" if pid else "another process"
+    alive = "" if pid is None or _pid_alive(pid) else " (on another machine?)"
+    return (f"{folder} is being trained by {who}{alive}, which holds {folder / LOCK}; wait for it to finish or stop "
+            "it, then use --resume")
+
+
+# ----------------------------------------------------------------------------- signals
+@contextlib.contextmanager
+def handle_signals():
+    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, each once: later signals are
+    ignored, so that the interrupted run can record its status.  Main thread only; restores the handlers."""
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            return
+        fired.append(signum)
+        raise (Terminated if signum == signal.SIGTERM else KeyboardInterrupt)()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+# ----------------------------------------------------------------------------- checking a run folder
+@dataclass
+class RunCheck:
+    """What :func:`check_run` found: ``state`` is "new", "resume" or "finished"; ``note`` a line to show."""
+
+    state: str
+    epochs_done: int = 0
+    note: str = ""
+
+
+def _config_dict(config: TrainConfig) -> dict:
+    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
+    name, kind and sha256 in the manifest's ``data``)."""
+    d = asdict(config)
+    d["decay_epochs"] = config.milestones()
+    if d["data"] not in ("auto", "synthetic"):
+        d["data"] = Path(d["data"]).name
+    d["data_root"] = None
+    return d
+
+
+def resolved_settings(config: TrainConfig, jobs: int = 1) -> dict:
+    """The values of :data:`RESOLVED_KEYS` on this machine (device, precision, CPU threads)."""
+    device = resolve_device(config.device)
+    return {"device": str(device), "precision": resolve_precision(config.precision, device),
+            "threads": resolve_threads(config.threads, device, jobs)}
+
+
+def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
+    diff = []
+    if saved.get("device") and torch.device(saved["device"]).type != torch.device(now["device"]).type:
+        diff.append(f"device={saved['device']!r} (now {now['device']!r})")
+    if saved.get("precision") and saved["precision"] != now["precision"]:
+        diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
+    if torch.device(now["device"]).type == "cpu" and saved.get("threads") and saved["threads"] != now["threads"]:
+        diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
+                    f"--threads {saved['threads']})")
+    return diff
+
+
+def _load_checkpoint(path: Path) -> dict:
+    folder = path.parent
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
+        raise RunError(f"{path} is not a readable checkpoint ({reason[:160]}); delete the folder {folder} to train "
+                       "this run again from the start") from None
+    if not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS):
+        raise RunError(f"{path} is not a checkpoint of this engine (expected the keys {', '.join(CHECKPOINT_KEYS)}); "
+                       f"delete the folder {folder} to train this run again from the start")
+    return saved
+
+
+def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
+              holding_lock: bool = False) -> RunCheck:
+    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
+
+    ``holding_lock``: the caller holds the folder's :class:`RunLock` (skip the lock check)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise RunError(f"--out: {folder} exists and is not a folder")
+    if not folder.is_dir():
+        return RunCheck("new")
+    pid, held = lock_holder(folder) if not holding_lock else (None, False)
+    if held:
+        raise RunLocked(_locked_message(folder, pid))
+    note = (f"{folder}: stale lock of process {pid}, which is no longer running (killed?); its last checkpoint "
+            "is kept") if pid and not held else ""
+    ckpt, manifest, metrics = folder / CHECKPOINT, folder / MANIFEST, folder / METRICS
+    if not resume and (ckpt.exists() or metrics.exists()):
+        raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
+                       + (f" ({note})" if note else ""))
+    saved_manifest = {}
+    if manifest.exists():
+        try:
+            saved_manifest = json.loads(manifest.read_text())
+        except (ValueError, OSError) as err:
+            raise RunError(f"{manifest} is unreadable ({err}); delete it (--resume rebuilds it from {CHECKPOINT})"
+                           if ckpt.exists() else f"{manifest} is unreadable ({err}); delete the folder {folder}")
+    if not ckpt.exists():
+        return RunCheck("new", note=note)
+    saved = _load_checkpoint(ckpt)
+    cfg = _config_dict(config)
+    diff = [f"{k}={saved['config'].get(k)!r} (now {cfg.get(k)!r})" for k in TRAJECTORY_KEYS
+            if saved["config"].get(k) != cfg.get(k)]
+    diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
+    if diff:
+        raise RunError(f"--resume: the run in {folder} was made with other settings: {', '.join(diff)}")
+    if saved["data_sha256"] != arrays.sha256:
+        raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
+                       f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
+    done = int(saved["epoch"])
+    return RunCheck("finished" if done >= config.epochs else "resume", done, note)
+
+
+# ----------------------------------------------------------------------------- provenance
 def _git_commit() -> dict:
     """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
     here = Path(__file__).resolve().parent
@@ -286,162 +338,39 @@ def _git_commit() -> dict:
         return {"commit": None, "dirty": None}
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device (--device) {name!r}: CUDA is not available on this machine")
-    return device
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    if precision != "auto":
-        return precision
-    return "bf16" if device.type == "cuda" else "fp32"
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# ----------------------------------------------------------------------------- the trainer
-class Trainer:
-    """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.
-
-    Built from a validated :class:`TrainConfig` and in-memory :class:`~explr.data.CifarArrays`
-    (use :func:`train_run` for the full run with files, resume and progress bar).
-    """
-
-    def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None):
-        self.config = c = config
-        self.device = device if device is not None else resolve_device(c.device)
-        self.precision = resolve_precision(c.precision, self.device)
-        dtype = torch.float64 if self.precision == "fp64" else torch.float32
-        if self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
-        self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
-        self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
-        lr, wd, exponential = schedule_arrays(c, self.steps_per_epoch)
-        self.schedule_lr = lr
-        self.model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed).to(dtype)
-        if c.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        self.model.to(self.device)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.params = params
-        kwargs = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = torch.optim.SGD(params, lr=float(lr[0]), momentum=c.momentum, **kwargs)
-        self.scheduler = PerStepLR(self.optimizer, lr, wd, rescale_above=c.rescale_above if exponential else None)
-        self._seen_rescale = self.scheduler.rescale
-        self.forward = self.model if c.compile == "none" else torch.compile(
-            self.model, mode=None if c.compile == "default" else c.compile)
-        if self.precision == "bf16":
-            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
-        else:
-            self.autocast = contextlib.nullcontext
-        self.acc_dtype = torch.float64 if self.precision == "fp64" else torch.float32
-
-    # -- one step, exactly as the benchmark's bare loop plus data, scheduler and metric sums
-    def _after_step(self) -> None:
-        self.scheduler.step()
-        r = self.scheduler.rescale
-        if r != self._seen_rescale:  # θ was just multiplied by c = sqrt(r / r_old): follow with BN stats
-            self.model.rescale_bn_statistics(math.sqrt(r / self._seen_rescale))
-            self._seen_rescale = r
-
-    def train_epoch(self, epoch: int, on_sync=None):
-        """Train one epoch; returns (loss_sum, correct, n) as host numbers.
-
-        ``on_sync(done_steps, loss_sum, correct, n)`` is called every ``log_every`` steps (the only host
-        syncs inside the epoch besides the last one); a non-finite loss raises :class:`TrainingDiverged`.
-        """
-        state = self.begin_epoch(epoch)
-        self.run_steps(state, 0, state["plan"].steps, on_sync)
-        return self.end_epoch(state)
-
-    def begin_epoch(self, epoch: int) -> dict:
-        """The epoch's plan (order, crops, flips) and zeroed on-device metric sums."""
-        self.model.train()
-        return {
-            "epoch": epoch,
-            "plan": self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
-            "loss_sum": torch.zeros((), dtype=self.acc_dtype, device=self.device),
-            "correct": torch.zeros((), dtype=torch.int64, device=self.device),
-        }
-
-    def run_steps(self, state: dict, start: int, stop: int, on_sync=None) -> None:
-        """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
-        c, data, plan = self.config, self.data, state["plan"]
-        loss_sum, correct = state["loss_sum"], state["correct"]
-        forward, opt = self.forward, self.optimizer
-        for k in range(start, stop):
-            x, y = data.train_batch(plan, k)
-            with self.autocast():
-                out = forward(x)
-                loss = F.cross_entropy(out, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            self._after_step()
-            loss_sum += loss.detach()
-            correct += (out.detach().argmax(1) == y).sum()
-            if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
-                loss_now = loss_sum.item()
-                if not math.isfinite(loss_now):
-                    raise TrainingDiverged(f"non-finite training loss in epoch {state['epoch'] + 1} (by step "
-                                           f"{k + 1} of {plan.steps})")
-                if on_sync is not None:
-                    on_sync(k + 1, loss_now, correct.item(), (k + 1) * c.batch_size)
-
-    def end_epoch(self, state: dict):
-        """(loss_sum, correct, n) of the epoch: the one host sync at its end."""
-        plan = state["plan"]
-        loss_total, correct_total = state["loss_sum"].item(), state["correct"].item()
-        if not math.isfinite(loss_total):
-            raise TrainingDiverged(f"non-finite training loss in epoch {state['epoch'] + 1}")
-        return loss_total, correct_total, plan.steps * plan.batch_size
-
-    @torch.no_grad()
-    def evaluate(self):
-        """(mean loss, accuracy) on the test set, eval mode (BN running statistics)."""
-        self.model.eval()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        for x, y in self.data.test_batches(self.config.eval_batch_size):
-            with self.autocast():
-                out = self.forward(x)
-            loss_sum += F.cross_entropy(out.to(self.acc_dtype), y, reduction="sum").to(torch.float64)
-            correct += (out.argmax(1) == y).sum()
-        self.model.train()
-        n = self.data.n_test
-        return loss_sum.item() / n, correct.item() / n
-
-    def norms(self) -> float:
-        """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
-        return flat_norm(self.params).item()
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self._seen_rescale = self.scheduler.rescale
+def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: CifarArrays, start: int,
+              elapsed: float) -> dict:
+    c, S = config, trainer.steps_per_epoch
+    devices = list(previous.get("devices", []))
+    if device_name(trainer.device) not in devices:
+        devices.append(device_name(trainer.device))
+    return {**previous,
+            "format": FORMAT, "status": "running", "message": "", "config": _config_dict(c),
+            "resolved": {
+                "device": str(trainer.device), "precision": trainer.precision, "steps_per_epoch": S,
+                "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
+                "lr_schedule": {"first": float(trainer.schedule_lr[0]), "last": float(trainer.schedule_lr[-1]),
+                                "max": float(trainer.schedule_lr.max())},
+                "normalisation": {"mean": trainer.data.mean.tolist(), "std": trainer.data.std.tolist()},
+            },
+            "devices": devices, "data": arrays.describe(),
+            "environment": {
+                "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
+                "platform": platform.platform(), "git": _git_commit(),
+                "cuda": torch.version.cuda if trainer.device.type == "cuda" else None,
+            },
+            "started": previous.get("started", _now()), "updated": _now(), "epochs_done": start,
+            "elapsed_seconds": elapsed}
 
 
 # ----------------------------------------------------------------------------- a full run
 @dataclass
 class RunResult:
-    """What :func:`train_run` returns: ``status`` is finished, diverged, interrupted or skipped."""
+    """What :func:`train_run` returns: ``status`` is finished, diverged or interrupted."""
 
     out: Path
     status: str
@@ -450,222 +379,168 @@ class RunResult:
     message: str = ""
 
 
-def _config_dict(config: TrainConfig) -> dict:
-    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
-    name, kind and sha256 in the manifest's ``data``)."""
-    d = asdict(config)
-    d["decay_epochs"] = config.milestones()
-    if d["data"] not in ("auto", "synthetic"):
-        d["data"] = Path(d["data"]).name
-    d["data_root"] = None
-    return d
+def _write_metrics(path, rows) -> None:
+    atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
 
 
-def _mismatch(saved: dict, current: dict) -> list[str]:
-    return [k for k in TRAJECTORY_KEYS if saved.get(k) != current.get(k)]
-
-
-def resume_mismatch(config: TrainConfig, out) -> list[str]:
-    """Trajectory-defining settings on which ``config`` differs from the run saved in ``out`` (its manifest)."""
-    path = Path(out) / MANIFEST
-    if not (Path(out) / CHECKPOINT).exists() or not path.exists():
-        return []
-    saved = json.loads(path.read_text()).get("config", {})
-    cfg = _config_dict(config)
-    return [f"{k}={saved.get(k)!r} (now {cfg.get(k)!r})" for k in _mismatch(saved, cfg)]
+def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
+    """The metrics of a finished epoch (module docstring); non-finite weights or test loss → diverged."""
+    (loss_sum, correct, n), (test_loss, test_acc), (t0, t1, t2) = sums, evaluation, times
+    S, sched = trainer.steps_per_epoch, trainer.scheduler
+    norm_opt = trainer.norms()
+    if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
+        raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
+    lr_sched = float(trainer.schedule_lr[(epoch + 1) * S - 1])
+    lr_opt = lr_sched * sched.rescale
+    return {
+        "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
+        "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "lr_opt": lr_opt, "rescale": sched.rescale,
+        "rescale_count": sched.rescale_count, "weight_norm": norm_opt / math.sqrt(sched.rescale),
+        "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2, "seconds": time.perf_counter() - t0,
+        "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0),
+    }
 
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None) -> RunResult:
-    """Train one run into the directory ``out`` (created); see the module docstring for the files.
+    """Train one run into the folder ``out`` (created); see the module docstring for the files.
 
-    ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (the trajectory-defining
-    config must match; a finished run is returned as is) and starts fresh otherwise; without it an
-    existing checkpoint is an error.  ``stop_after=k`` stops after epoch k (status "interrupted";
-    to test resuming).  Raises :class:`TrainingDiverged` when the loss becomes NaN/inf: the
-    checkpoint of the last finished epoch stays, the manifest says what happened.
+    ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
+    is) and starts fresh otherwise.  Problems with the folder raise :class:`RunError` before anything
+    is written.  ``stop_after=k`` stops after epoch k (status "interrupted"; to test resuming).
+    Raises :class:`TrainingDiverged` when the run diverges (:mod:`explr.cifar10.engine`) and
+    ``KeyboardInterrupt`` (or :class:`Terminated`) when interrupted; both keep the checkpoint of the
+    last finished epoch and record the status in the manifest.
     """
+    config.validate()
+    arrays = load_cifar10(config.data, config.data_root) if arrays is None else arrays
+    resolved = resolved_settings(config)
+    out = Path(out)
+    check_run(config, out, arrays, resume, resolved)  # before anything is created
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out) as lock:
+        remove_leftovers(out)
+        check = check_run(config, out, arrays, resume, resolved, holding_lock=True)
+        if lock.stale_pid:
+            print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
+                  file=sys.stderr)
+        if check.state == "finished":
+            saved = torch.load(out / CHECKPOINT, map_location="cpu", weights_only=True)
+            return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
+        torch.set_num_threads(resolved["threads"])
+        return _train(config, out, arrays, check.state == "resume", resolved, progress, position, stop_after)
+
+
+def _train(config, out: Path, arrays, resume: bool, resolved: dict, progress, position, stop_after) -> RunResult:
     from tqdm import tqdm
 
-    config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     ckpt_path, manifest_path = out / CHECKPOINT, out / MANIFEST
-    cfg = _config_dict(config)
-    saved = None
-    if ckpt_path.exists():
-        if not resume:
-            raise FileExistsError(f"{out} already holds a run ({CHECKPOINT}); pass --resume to continue it or "
-                                  "choose another --out")
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        diff = _mismatch(saved["config"], cfg)
-        if diff:
-            raise ValueError(f"--resume: the run in {out} was made with other settings: "
-                             + ", ".join(f"{k}={saved['config'].get(k)!r} (now {cfg.get(k)!r})" for k in diff))
-        if saved["epoch"] >= config.epochs:
-            return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
-    elif (out / METRICS).exists() and not resume:
-        raise FileExistsError(f"{out} already holds metrics; pass --resume or choose another --out")
-
-    arrays = load_cifar10(config.data, config.data_root) if arrays is None else arrays
-    if saved is not None and saved["data_sha256"] != arrays.sha256:
-        raise ValueError(f"--resume: the run in {out} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
-                         f"now {arrays.sha256[:12]}…)")
     trainer = Trainer(config, arrays)
-    history, start, elapsed = [], 0, 0.0
-    if saved is not None:
+    history, start, elapsed, previous = [], 0, 0.0, {}
+    if resume:
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
-    S, B = trainer.steps_per_epoch, config.batch_size
-    manifest = json.loads(manifest_path.read_text()) if (saved is not None and manifest_path.exists()) else {}
-    devices = manifest.get("devices", [])
-    dev_name = _device_name(trainer.device)
-    if dev_name not in devices:
-        devices.append(dev_name)
-    manifest.update({
-        "format": "explr.cifar10/1",
-        "status": "running",
-        "message": "",
-        "config": cfg,
-        "resolved": {
-            "device": str(trainer.device), "precision": trainer.precision, "steps_per_epoch": S,
-            "total_steps": S * config.epochs, "milestones": config.milestones(), "threads": torch.get_num_threads(),
-            "lr_schedule": {"first": float(trainer.schedule_lr[0]), "last": float(trainer.schedule_lr[-1]),
-                            "max": float(trainer.schedule_lr.max())},
-            "normalisation": {"mean": trainer.data.mean.tolist(), "std": trainer.data.std.tolist()},
-        },
-        "devices": devices,
-        "data": arrays.describe(),
-        "environment": {
-            "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "git": _git_commit(),
-            "cuda": torch.version.cuda if trainer.device.type == "cuda" else None,
-        },
-        "started": manifest.get("started", _now()),
-        "updated": _now(),
-        "epochs_done": start,
-        "elapsed_seconds": elapsed,
-    })
-    _write_json(manifest_path, manifest)
+        if trainer.initial_loss is None and history:  # checkpoints written before the explosion check
+            trainer.initial_loss = history[0]["train_loss"]
+        if manifest_path.exists():
+            previous = json.loads(manifest_path.read_text())
+    manifest = _manifest(previous, config, trainer, arrays, start, elapsed)
+    write_json(manifest_path, manifest)
     _write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
-
+    S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
-               disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step",
-               file=sys.stderr)
-    last_test = history[-1]["test_acc"] if history else None
-    status, message = "finished", ""
+               disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
+    status, message, epoch = "finished", "", start
     try:
         for epoch in range(start, config.epochs):
-            shown = [0]
-
-            def on_sync(steps, loss_sum, correct, n):
-                bar.update(steps - shown[0])
-                shown[0] = steps
-                post = {"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}"}
-                if last_test is not None:
-                    post["test"] = f"{last_test:.3f}"
-                bar.set_postfix(post, refresh=False)
-
             t0 = time.perf_counter()
-            loss_sum, correct, n = trainer.train_epoch(epoch, on_sync if progress else None)
+            sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
             t1 = time.perf_counter()
-            test_loss, test_acc = trainer.evaluate()
-            t2 = time.perf_counter()
-            norm_opt = trainer.norms()
-            sched = trainer.scheduler
-            k_last = (epoch + 1) * S - 1
-            lr_sched = float(trainer.schedule_lr[k_last])
-            lr_opt = lr_sched * sched.rescale
-            norm = norm_opt / math.sqrt(sched.rescale)
-            if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
-                raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
-            row = {
-                "epoch": epoch + 1, "step": (epoch + 1) * S,
-                "train_loss": loss_sum / S, "train_acc": correct / n,
-                "test_loss": test_loss, "test_acc": test_acc,
-                "lr": lr_sched, "lr_opt": lr_opt, "rescale": sched.rescale, "rescale_count": sched.rescale_count,
-                "weight_norm": norm, "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2,
-                "seconds": None, "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0),
-            }
+            evaluation = trainer.evaluate()
+            row = _epoch_row(trainer, epoch, sums, evaluation, (t0, t1, time.perf_counter()))
             elapsed += time.perf_counter() - t0
-            row["seconds"] = time.perf_counter() - t0
             history.append(row)
-            state = trainer.state_dict()
-            state.update({"epoch": epoch + 1, "metrics": history, "config": cfg, "data_sha256": arrays.sha256,
-                          "elapsed": elapsed})
-            _atomic_write(ckpt_path, lambda f: torch.save(state, f))  # first the checkpoint, then the metrics:
+            state = {**trainer.state_dict(), "epoch": epoch + 1, "metrics": history, "config": _config_dict(config),
+                     "resolved": {k: resolved[k] for k in RESOLVED_KEYS}, "data_sha256": arrays.sha256,
+                     "elapsed": elapsed, "format": FORMAT}
+            atomic_write(ckpt_path, lambda f: torch.save(state, f))  # first the checkpoint, then the metrics:
             _write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
             manifest.update({"updated": _now(), "epochs_done": epoch + 1, "elapsed_seconds": elapsed})
-            _write_json(manifest_path, manifest)
-            last_test = test_acc
+            write_json(manifest_path, manifest)
             bar.update((epoch + 1) * S - bar.n)
             bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
-                             "test": f"{test_acc:.3f}"})
+                             "test": f"{row['test_acc']:.3f}"})
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
                 status, message = "interrupted", f"stopped after epoch {epoch + 1} (stop_after)"
                 break
     except TrainingDiverged as err:
         done = len(history)
-        message = (f"{err}; stopped. The last good checkpoint ({'epoch ' + str(done) if done else 'none: no epoch finished'}) "
-                   f"is kept in {ckpt_path if done else out}. Lower --lr or check the data.")
-        manifest.update({"status": "diverged", "message": message, "updated": _now()})
-        _write_json(manifest_path, manifest)
+        kept = f"epoch {done}) is kept in {ckpt_path}" if done else f"none: no epoch finished) is kept in {out}"
+        message = f"{err}; stopped. The last good checkpoint ({kept}. Lower --lr or check the data."
+        _finish(manifest_path, manifest, "diverged", message, elapsed, history)
         raise TrainingDiverged(message) from None
+    except KeyboardInterrupt as err:
+        name = "SIGTERM" if isinstance(err, Terminated) else "SIGINT"
+        message = (f"interrupted by {name} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} is kept, "
+                   "--resume continues from it")
+        _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
+        raise
     finally:
         bar.close()
-    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed})
-    if history:
-        manifest["final"] = {k: history[-1][k] for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")}
-    _write_json(manifest_path, manifest)
+    _finish(manifest_path, manifest, status, message, elapsed, history)
     return RunResult(out, status, len(history), history, message)
 
 
-# ----------------------------------------------------------------------------- several runs
-def _worker(config_dict: dict, out: str, resume: bool, progress: bool, position: int) -> dict:
-    config = TrainConfig(**config_dict)
+def _progress(bar, first_step: int, history: list):
+    """The ``on_sync`` callback of an epoch: advance the bar, show running loss/accuracy and the last test acc."""
+    def on_sync(steps, loss_sum, correct, n):
+        bar.update(first_step + steps - bar.n)
+        post = {"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}"}
+        if history:
+            post["test"] = f"{history[-1]['test_acc']:.3f}"
+        bar.set_postfix(post, refresh=False)
+    return on_sync
+
+
+def _finish(path: Path, manifest: dict, status: str, message: str, elapsed: float, history: list) -> None:
+    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
+                     "epochs_done": len(history)})
+    if history:
+        manifest["final"] = {k: history[-1][k] for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")}
+    write_json(path, manifest)
+
+
+def summary(result: RunResult) -> dict:
+    """A JSON-able summary of a run: out, status, epochs_done, message and the last metrics row."""
+    return {"out": str(result.out), "status": result.status, "epochs_done": result.epochs_done,
+            "message": result.message, "final": result.metrics[-1] if result.metrics else None}
+
+
+def summary_from_folder(folder) -> dict:
+    """The summary of a run as its manifest tells it (for runs trained by other processes)."""
+    folder = Path(folder)
     try:
-        r = train_run(config, out, resume=resume, progress=progress, position=position)
-        return {"out": str(r.out), "status": r.status, "epochs_done": r.epochs_done, "message": r.message,
-                "final": r.metrics[-1] if r.metrics else None}
-    except TrainingDiverged as err:
-        return {"out": out, "status": "diverged", "message": str(err), "final": None}
+        m = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {"out": str(folder), "status": "not started", "epochs_done": 0, "message": "", "final": None}
+    rows = read_metrics(folder) if (folder / METRICS).exists() else []
+    return {"out": str(folder), "status": m.get("status"), "epochs_done": m.get("epochs_done", len(rows)),
+            "message": m.get("message", ""), "final": rows[-1] if rows else None}
 
 
-def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
-             resume: bool = False, progress: bool = True) -> list[dict]:
-    """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` runs that many at once.
+def check_writable(path) -> None:
+    """Raise :class:`RunError` unless folders can be created at ``path`` (tried and removed: nothing is left)."""
+    import tempfile
 
-    Sequential runs share one in-memory copy of the data.  Concurrent runs are separate processes
-    (each loads the data and its model onto the device; on a GPU they overlap each other's kernel
-    launches, which is where small-batch ResNet training loses most of its time).  A diverged run is
-    reported and the others go on.  Returns one summary dict per run, in order.
-    """
-    for c in configs:
-        c.validate()
-    dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
-    if len(set(dirs)) != len(dirs):
-        raise ValueError("two runs would share a directory: give each (schedule, seed) once")
-    if jobs <= 1 or len(configs) == 1:
-        if arrays is None:
-            arrays = load_cifar10(configs[0].data, configs[0].data_root)
-        results = []
-        for c, d in zip(configs, dirs):
-            try:
-                r = train_run(c, d, arrays, resume=resume, progress=progress)
-                results.append({"out": d, "status": r.status, "epochs_done": r.epochs_done, "message": r.message,
-                                "final": r.metrics[-1] if r.metrics else None})
-            except TrainingDiverged as err:
-                results.append({"out": d, "status": "diverged", "message": str(err), "final": None})
-        return results
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    if arrays is not None:
-        raise ValueError("jobs > 1: every worker process loads config.data itself; do not pass arrays")
-    load_cifar10(configs[0].data, configs[0].data_root)  # download/check once before the workers start
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_worker, dataclasses.asdict(c), d, resume, progress, i % jobs)
-                   for i, (c, d) in enumerate(zip(configs, dirs))]
-        return [f.result() for f in futures]
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunError(f"--out: {probe} is a file, not a folder: cannot create {path}")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
+    except OSError as err:
+        reason = errno.errorcode.get(err.errno, "") or str(err)
+        raise RunError(f"--out: cannot create folders in {probe} ({reason}: {err.strerror}); choose another --out") from None

@@ -1,0 +1,48 @@
+"""The CIFAR-10 engine: Li & Arora's (ICLR 2020, Sec. 5) schedules on a scale-invariant PreResNet, resumable runs.
+
+Modules, each one concern:
+
+* :mod:`~explr.cifar10.config` -- :class:`TrainConfig`, every setting declared once (CLI, validation and
+  resume checks come from it), and the five schedules (:func:`schedule_arrays`);
+* :mod:`~explr.cifar10.data` -- loading CIFAR-10 (download, python batches, ``.npz``, image folders and
+  tarballs) and the device-resident augmenting sampler;
+* :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`) and divergence;
+* :mod:`~explr.cifar10.runs` -- one run on disk: lock, manifest, metrics, checkpoint, resume, signals;
+* :mod:`~explr.cifar10.sweep` -- many runs: checked before anything starts, then trained here, in worker
+  processes or as submitit jobs;
+* :mod:`~explr.cifar10.hardware` -- device, precision, the CPUs really available, one GPU per worker;
+* :mod:`~explr.cifar10.files` -- atomic writes; :mod:`~explr.cifar10.results` -- the committed results;
+* ``python -m explr.cifar10`` (:mod:`~explr.cifar10.__main__`) -- the command line.
+
+The maths modules below (``explr.schedules``, ``scheduler``, ``invariance``, ``models``, ...) import
+nothing from here.
+"""
+from .config import SCHEDULES, TrainConfig, default_decay_epochs, schedule_arrays
+from .data import CifarArrays, DataError, load_cifar10, make_synthetic
+from .engine import Trainer, TrainingDiverged
+from .results import committed_results
+from .runs import METRIC_KEYS, RunError, RunResult, load_runs, read_metrics, run_dir, train_run
+from .sweep import run_many, submit
+
+__all__ = [
+    "SCHEDULES",
+    "METRIC_KEYS",
+    "CifarArrays",
+    "DataError",
+    "RunError",
+    "RunResult",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDiverged",
+    "committed_results",
+    "default_decay_epochs",
+    "load_cifar10",
+    "load_runs",
+    "make_synthetic",
+    "read_metrics",
+    "run_dir",
+    "run_many",
+    "schedule_arrays",
+    "submit",
+    "train_run",
+]

@@ -1,0 +1,333 @@
+"""Every setting of a CIFAR-10 run, declared once: :class:`TrainConfig` and the schedule it defines.
+
+Each field of :class:`TrainConfig` carries its help text, its rule (type and valid range), its group
+and whether it changes the trajectory, in ``dataclasses.field(metadata=...)``.  From that one
+declaration come the command-line parser (:func:`add_config_arguments`: ``--`` + the field name
+with ``-``), the validation (:meth:`TrainConfig.validate`), the settings a resumed run must agree
+on (:data:`TRAJECTORY_KEYS`, and :data:`RESOLVED_KEYS` compared by their resolved value) and the
+benchmark's options.  Adding an option means adding one field here.
+
+The five schedules (:data:`SCHEDULES`), for base lr η₀, weight decay λ, momentum γ, E epochs of S steps
+(:func:`schedule_arrays`):
+
+* ``step``        -- step decay (η₀, ×``decay_factor`` at ``decay_epochs``) with weight decay λ;
+* ``texp``        -- its exact weight-decay-free equivalent, TEXP (Li & Arora 2020, Theorem 2.12, with
+                     the momentum corrections of :func:`explr.schedules.texp`), no weight decay;
+* ``texp--``      -- TEXP-- (Sec. 5): TEXP without the instant LR drops, no weight decay;
+* ``cosine``      -- cosine annealing per epoch, η_e = η₀(1 + cos(πe/E))/2, with weight decay λ;
+* ``cosine-texp`` -- TEXP of that per-epoch cosine (one phase per epoch, corrections on): the
+                     paper's cosine/exponential hybrid, no weight decay.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..schedules import CORRECTIONS, cosine, step_decay, texp, texp_minus_minus
+
+__all__ = [
+    "SCHEDULES",
+    "EXPONENTIAL",
+    "PRECISIONS",
+    "COMPILE_MODES",
+    "TRAJECTORY_KEYS",
+    "RESOLVED_KEYS",
+    "TrainConfig",
+    "add_config_arguments",
+    "configs_from_args",
+    "default_decay_epochs",
+    "schedule_arrays",
+]
+
+SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
+EXPONENTIAL = ("texp", "texp--", "cosine-texp")
+PRECISIONS = ("auto", "fp32", "bf16", "fp64")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+
+
+# ----------------------------------------------------------------------------- rules of a value
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class Choice:
+    choices: tuple
+
+    def rule(self) -> str:
+        return f"one of {', '.join(self.choices)}"
+
+    def ok(self, v) -> bool:
+        return v in self.choices
+
+    def parse(self, text: str):
+        return text
+
+
+@dataclass(frozen=True)
+class Int:
+    minimum: int
+    modulo: tuple | None = None  # (m, r): v ≡ r (mod m)
+    example: str = ""
+
+    def rule(self) -> str:
+        if self.modulo:
+            return f"{self.modulo[0]}n + {self.modulo[1]} with n >= 1{self.example}"
+        return f"an integer >= {self.minimum}"
+
+    def ok(self, v) -> bool:
+        return _is_int(v) and v >= self.minimum and (not self.modulo or v % self.modulo[0] == self.modulo[1])
+
+    def parse(self, text: str):
+        return int(text)
+
+
+@dataclass(frozen=True)
+class Float:
+    lo: float
+    hi: float = math.inf
+    lo_open: bool = True
+    hi_open: bool = True
+
+    def rule(self) -> str:
+        return f"a finite number in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+
+    def ok(self, v) -> bool:
+        if not ((_is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v)):
+            return False
+        return (v > self.lo if self.lo_open else v >= self.lo) and (v < self.hi if self.hi_open else v <= self.hi)
+
+    def parse(self, text: str):
+        return float(text)
+
+
+@dataclass(frozen=True)
+class Flag:
+    def rule(self) -> str:
+        return "True or False"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Text:
+    what: str
+
+    def rule(self) -> str:
+        return self.what
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and bool(v)
+
+    def parse(self, text: str):
+        return text
+
+
+@dataclass(frozen=True)
+class Epochs:
+    """A strictly increasing list of epochs (checked against ``epochs`` by :meth:`TrainConfig.validate`)."""
+
+    def rule(self) -> str:
+        return "strictly increasing integers in [1, epochs - 1]"
+
+    def ok(self, v) -> bool:
+        ms = list(v)
+        return all(_is_int(m) and m >= 1 for m in ms) and all(b > a for a, b in zip(ms, ms[1:]))
+
+    def parse(self, text: str):
+        return int(text)
+
+
+def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
+    """A field of :class:`TrainConfig` with everything the parser, the validation and resume need.
+
+    ``trajectory``: True if a resumed run must have the same value; ``"resolved"`` if it must have the
+    same *resolved* value (``auto`` resolved on this machine).  ``optional``: ``None`` is allowed
+    (meaning "automatic").  ``sweep``: the CLI takes several values and trains every combination.
+    """
+    return field(default=default, metadata={"help": help, "rule": rule, "group": group, "trajectory": trajectory,
+                                            "optional": optional, "sweep": sweep})
+
+
+# ----------------------------------------------------------------------------- the configuration
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; the CLI flag of a field is ``--`` + its name with ``-``.
+
+    ``decay_epochs=None`` means the step-decay milestones at 50 % and 75 % of ``epochs`` (100 and
+    150 of 200, the usual CIFAR recipe).  ``precision="auto"``: bf16 autocast on CUDA, float32
+    elsewhere.  ``device="auto"``: CUDA if available, else CPU.  ``threads=None``: from the CPUs this
+    process may use (:func:`explr.cifar10.hardware.default_threads`).
+    """
+
+    schedule: str = setting(
+        "step", "step = step decay + WD; texp = its exact exponential equivalent, no WD (with momentum corrections); "
+        "texp-- = TEXP without the LR drops; cosine = per-epoch cosine + WD; cosine-texp = TEXP of that cosine",
+        Choice(SCHEDULES), "runs", trajectory=True, sweep=True)
+    seed: int = setting(0, "seeds (model init, data order, augmentation); runs = schedules x seeds",
+                        Int(0), "runs", trajectory=True, sweep=True)
+    epochs: int = setting(200, "epochs per run", Int(1), "runs", trajectory=True)
+    lr: float = setting(0.1, "initial learning rate eta_0", Float(0), "optimisation", trajectory=True)
+    wd: float = setting(5e-4, "weight decay lambda (the exponential schedules build their growth rate from it and "
+                        "train without it)", Float(0, lo_open=False), "optimisation", trajectory=True)
+    momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation",
+                              trajectory=True)
+    batch_size: int = setting(128, "training batch size (each epoch uses n_train // batch-size full batches)",
+                              Int(1), "optimisation", trajectory=True)
+    decay_epochs: tuple | None = setting(
+        None, "epochs where step decay multiplies the lr by --decay-factor (default: 50%% and 75%% of --epochs, "
+        "i.e. 100 150 for 200); give none for a constant lr", Epochs(), "optimisation", trajectory=True,
+        optional=True)
+    decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation",
+                                  trajectory=True)
+    corrections: str = setting("all", "momentum corrections of TEXP at phase starts: all (exact), start, none",
+                               Choice(CORRECTIONS), "optimisation", trajectory=True)
+    rescale_above: float = setting(
+        100.0, "exponential schedules: when the optimizer's lr would exceed this, rescale (theta, v, lr) -> "
+        "(c theta, v/c, c^2 lr), the same network, so float32/bf16 never overflow; must exceed the schedule's "
+        "first lr", Float(0), "optimisation", trajectory=True)
+    depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...)", Int(8, (6, 2), " (20, 32, 56, ...)"), "model",
+                         trajectory=True)
+    invariant: bool = setting(True, "scale-invariant mode of the paper: BN scale/bias and the last linear layer "
+                              "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model",
+                              trajectory=True)
+    bn_eps: float = setting(1e-5, "BatchNorm epsilon", Float(0), "model", trajectory=True)
+    augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data",
+                            trajectory=True)
+    data: str = setting("auto", "'auto' (download CIFAR-10 into --data-root, md5-checked), 'synthetic' (small "
+                        "generated stand-in), a .npz with x_train,y_train,x_test,y_test (uint8, HWC), a folder with "
+                        "CIFAR-10's python batches, an image-folder tree train/<class>/*.png|jpg, test/... or a "
+                        ".tar/.tar.gz/.tgz of one (its data sha256 must match on resume)",
+                        Text("a data source"), "data")
+    data_root: str = setting("data", "download/extract folder for --data auto; decoded image folders are cached "
+                             "in DATA_ROOT/cache", Text("a folder"), "data")
+    device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N, ...",
+                          Text("'auto', 'cpu', 'cuda', 'cuda:N', 'mps' or another torch device"), "hardware",
+                          trajectory="resolved")
+    precision: str = setting("auto", "fp32; bf16 = torch.autocast bfloat16 (fp32 weights); fp64; auto = bf16 on "
+                             "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
+    channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
+                                  "hardware")
+    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware")
+    threads: int | None = setting(
+        None, "torch CPU threads (default: the CPUs this process may use, by affinity and cgroup quota, minus one "
+        "left for everything else; 1 per run on a GPU); results on a CPU depend on it", Int(1), "hardware",
+        trajectory="resolved", optional=True)
+    eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware")
+    log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware")
+
+    def validate(self) -> "TrainConfig":
+        """Raise ``ValueError`` naming the field and its CLI flag, with the valid range, for any invalid value."""
+        for f in dataclasses.fields(self):
+            value, meta = getattr(self, f.name), f.metadata
+            if value is None and meta["optional"]:
+                continue
+            if not meta["rule"].ok(value):
+                raise ValueError(f"{f.name} ({flag(f.name)}) must be {meta['rule'].rule()}; got {value!r}")
+        if self.decay_epochs is not None and self.decay_epochs and self.decay_epochs[-1] >= self.epochs:
+            raise ValueError(f"decay_epochs (--decay-epochs) must be strictly increasing integers in [1, epochs - 1] "
+                             f"= [1, {self.epochs - 1}]; got {list(self.decay_epochs)!r}")
+        if self.schedule in EXPONENTIAL and not self.invariant:
+            raise ValueError(
+                f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
+                "network and rescaled during training; it needs invariant=True (drop --no-invariant)")
+        try:
+            torch.device("cuda" if self.device == "auto" else self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device (--device) must be {_FIELDS['device'].metadata['rule'].rule()}; "
+                             f"got {self.device!r}") from None
+        return self
+
+    def milestones(self) -> list[int]:
+        return list(self.decay_epochs) if self.decay_epochs is not None else default_decay_epochs(self.epochs)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+#: settings a resumed run must agree on, as given.
+TRAJECTORY_KEYS = tuple(n for n, f in _FIELDS.items() if f.metadata["trajectory"] is True)
+#: settings a resumed run must agree on after ``auto`` is resolved (device type, precision, CPU threads).
+RESOLVED_KEYS = tuple(n for n, f in _FIELDS.items() if f.metadata["trajectory"] == "resolved")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def default_decay_epochs(epochs: int) -> list[int]:
+    """Step-decay milestones at 50 % and 75 % of training ([100, 150] for 200 epochs)."""
+    return sorted({m for m in (round(0.5 * epochs), round(0.75 * epochs)) if 1 <= m <= epochs - 1})
+
+
+def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
+    """Per-step (lr, wd) arrays of ``config.schedule``, and whether it is exponential (module docstring)."""
+    c = config
+    E, S = c.epochs, steps_per_epoch
+    if c.schedule in ("step", "texp", "texp--"):
+        base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
+    else:
+        base = cosine(c.lr, E, S, per="epoch")
+    if c.schedule in ("step", "cosine"):
+        return base, np.full(len(base), float(c.wd)), False
+    if c.schedule == "texp--":
+        eq = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
+    else:
+        eq = texp(base, c.wd, c.momentum, corrections=c.corrections)
+    return eq.lr, eq.wd, True
+
+
+# ----------------------------------------------------------------------------- the command line, from the fields
+def _argument_type(name: str, rule):
+    def parse(text):
+        try:
+            value = rule.parse(text)
+        except ValueError:
+            value = text
+        if not rule.ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule.rule()}; got {text!r}")
+        return value
+
+    parse.__name__ = name  # argparse names it in "invalid <name> value"
+    return parse
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None) -> None:
+    """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared.
+
+    Fields whose metadata says ``sweep`` (or those named in ``sweep``) take several values.
+    """
+    groups = {}
+    for f in dataclasses.fields(TrainConfig):
+        if names is not None and f.name not in names:
+            continue
+        meta = f.metadata
+        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+        many = meta["sweep"] if sweep is None else f.name in sweep
+        rule, kwargs = meta["rule"], {"help": meta["help"]}
+        if isinstance(rule, Flag):
+            kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            kwargs.update(type=_argument_type(f.name, rule), default=[f.default] if many else f.default)
+            if isinstance(rule, Choice):
+                kwargs.update(choices=rule.choices, metavar="{" + ",".join(rule.choices) + "}")
+            if many:
+                kwargs["nargs"] = "+"
+            elif isinstance(rule, Epochs):
+                kwargs.update(nargs="*", metavar="E")
+        group.add_argument(flag(f.name), dest=f.name, **kwargs)
+
+
+def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
+    """One :class:`TrainConfig` per combination of the ``sweep`` fields' values (each value once, in order)."""
+    import itertools
+
+    shared = {n: getattr(args, n) for n in _FIELDS if n not in sweep and hasattr(args, n)}
+    if shared.get("decay_epochs") is not None:
+        shared["decay_epochs"] = tuple(shared["decay_epochs"])
+    values = [list(dict.fromkeys(getattr(args, n))) for n in sweep]
+    return [TrainConfig(**shared, **dict(zip(sweep, combo))) for combo in itertools.product(*values)]

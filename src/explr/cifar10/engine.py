@@ -1,0 +1,170 @@
+"""The hot loop of a CIFAR-10 run: model, optimizer, schedule and device data, one epoch at a time.
+
+The exponential schedules run through :class:`explr.scheduler.PerStepLR` with ``rescale_above``: when
+the learning rate would exceed it, (θ, v, lr) → (cθ, v/c, c²lr) -- the same network function
+(Li & Arora 2020, Definition 2.3 and Lemma 2.6) -- and the BN running statistics are rescaled with
+θ (:meth:`explr.models.PreResNet.rescale_bn_statistics`), so float32/bf16 never overflow.
+
+Everything stays on the device (data, augmentation, metric sums); the loop synchronises with the
+host only every ``log_every`` steps and at the end of an epoch.  At those syncs a run counts as
+diverged (:class:`TrainingDiverged`) when its mean training loss is not finite or exceeds
+:data:`EXPLODED` × the mean loss of its first ``log_every`` steps; after each epoch, also when the
+weights are not finite.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..invariance import flat_norm
+from ..models import PreResNet
+from .. import PerStepLR  # explr.lr_scheduler (explr.scheduler before issue 14)
+from .config import TrainConfig, schedule_arrays
+from .data import CifarArrays, DeviceData
+from .hardware import resolve_device, resolve_precision
+
+__all__ = ["EXPLODED", "Trainer", "TrainingDiverged"]
+
+#: a finite mean training loss above EXPLODED × the initial one counts as diverged.
+EXPLODED = 100.0
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became non-finite or exploded, or the weights non-finite; the last good checkpoint is kept."""
+
+
+class Trainer:
+    """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.
+
+    Built from a validated :class:`~explr.cifar10.config.TrainConfig` and in-memory
+    :class:`~explr.cifar10.data.CifarArrays` (:func:`explr.cifar10.runs.train_run` adds the files,
+    resume and progress bar).
+    """
+
+    def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None):
+        self.config = c = config
+        self.device = device if device is not None else resolve_device(c.device)
+        self.precision = resolve_precision(c.precision, self.device)
+        dtype = torch.float64 if self.precision == "fp64" else torch.float32
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
+        self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
+        self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
+        lr, wd, exponential = schedule_arrays(c, self.steps_per_epoch)
+        self.schedule_lr = lr
+        self.model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed).to(dtype)
+        if c.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        kwargs = {"fused": True} if self.device.type == "cuda" else {}
+        self.optimizer = torch.optim.SGD(self.params, lr=float(lr[0]), momentum=c.momentum, **kwargs)
+        self.scheduler = PerStepLR(self.optimizer, lr, wd, rescale_above=c.rescale_above if exponential else None)
+        self._seen_rescale = self.scheduler.rescale
+        self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
+        self.forward = self.model if c.compile == "none" else torch.compile(
+            self.model, mode=None if c.compile == "default" else c.compile)
+        if self.precision == "bf16":
+            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        else:
+            self.autocast = contextlib.nullcontext
+        self.acc_dtype = torch.float64 if self.precision == "fp64" else torch.float32
+
+    def _after_step(self) -> None:
+        self.scheduler.step()
+        r = self.scheduler.rescale
+        if r != self._seen_rescale:  # θ was just multiplied by c = sqrt(r / r_old): follow with BN stats
+            self.model.rescale_bn_statistics(math.sqrt(r / self._seen_rescale))
+            self._seen_rescale = r
+
+    def train_epoch(self, epoch: int, on_sync=None):
+        """Train one epoch; returns (loss_sum, correct, n) as host numbers.
+
+        ``on_sync(done_steps, loss_sum, correct, n)`` is called every ``log_every`` steps (the only host
+        syncs inside the epoch besides the last one); divergence raises :class:`TrainingDiverged`.
+        """
+        state = self.begin_epoch(epoch)
+        self.run_steps(state, 0, state["plan"].steps, on_sync)
+        return self.end_epoch(state)
+
+    def begin_epoch(self, epoch: int) -> dict:
+        """The epoch's plan (order, crops, flips) and zeroed on-device metric sums."""
+        self.model.train()
+        return {
+            "epoch": epoch,
+            "plan": self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
+            "loss_sum": torch.zeros((), dtype=self.acc_dtype, device=self.device),
+            "correct": torch.zeros((), dtype=torch.int64, device=self.device),
+        }
+
+    def run_steps(self, state: dict, start: int, stop: int, on_sync=None) -> None:
+        """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
+        c, data, plan = self.config, self.data, state["plan"]
+        loss_sum, correct = state["loss_sum"], state["correct"]
+        forward, opt = self.forward, self.optimizer
+        for k in range(start, stop):
+            x, y = data.train_batch(plan, k)
+            with self.autocast():
+                out = forward(x)
+                loss = F.cross_entropy(out, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            self._after_step()
+            loss_sum += loss.detach()
+            correct += (out.detach().argmax(1) == y).sum()
+            if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
+                loss_now = loss_sum.item()
+                self.check_loss(loss_now / (k + 1), f"epoch {state['epoch'] + 1} (by step {k + 1} of {plan.steps})")
+                if on_sync is not None:
+                    on_sync(k + 1, loss_now, correct.item(), (k + 1) * c.batch_size)
+
+    def check_loss(self, mean_loss: float, where: str) -> None:
+        """Raise :class:`TrainingDiverged` if ``mean_loss`` is non-finite or > EXPLODED × the initial loss."""
+        if not math.isfinite(mean_loss):
+            raise TrainingDiverged(f"non-finite training loss in {where}")
+        if self.initial_loss is None:
+            self.initial_loss = mean_loss
+        elif mean_loss > EXPLODED * self.initial_loss:
+            raise TrainingDiverged(f"the training loss exploded in {where}: mean {mean_loss:.3g}, more than "
+                                   f"{EXPLODED:g} x the initial {self.initial_loss:.3g}")
+
+    def end_epoch(self, state: dict):
+        """(loss_sum, correct, n) of the epoch: the one host sync at its end."""
+        plan = state["plan"]
+        loss_total, correct_total = state["loss_sum"].item(), state["correct"].item()
+        self.check_loss(loss_total / plan.steps, f"epoch {state['epoch'] + 1}")
+        return loss_total, correct_total, plan.steps * plan.batch_size
+
+    @torch.no_grad()
+    def evaluate(self):
+        """(mean loss, accuracy) on the test set, eval mode (BN running statistics)."""
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        for x, y in self.data.test_batches(self.config.eval_batch_size):
+            with self.autocast():
+                out = self.forward(x)
+            loss_sum += F.cross_entropy(out.to(self.acc_dtype), y, reduction="sum").to(torch.float64)
+            correct += (out.argmax(1) == y).sum()
+        self.model.train()
+        n = self.data.n_test
+        return loss_sum.item() / n, correct.item() / n
+
+    def norms(self) -> float:
+        """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
+        return flat_norm(self.params).item()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "initial_loss": self.initial_loss}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._seen_rescale = self.scheduler.rescale
+        self.initial_loss = state.get("initial_loss")

@@ -1,0 +1,81 @@
+"""The committed results of chapter 6, also where the repository is not around (Colab, a pip install).
+
+A clone has ``results/`` next to ``book/``.  A notebook opened in Colab has only the ``explr`` that
+its install cell pip-installed from ``git+<repository>@v<version>``; pip records that URL and revision
+in the package's ``direct_url.json`` (PEP 610).  :func:`committed_results` returns the folder as is when
+it exists, and otherwise downloads the repository archive at that revision once, extracts the metrics,
+manifests and READMEs of its ``results/`` into a cache folder and returns the folder there.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import shutil
+import tarfile
+import urllib.request
+from pathlib import Path
+
+__all__ = ["REPOSITORY", "committed_results", "release_archive_url"]
+
+#: the book's repository (``repository.url`` of _config.yml), used when pip recorded no URL.
+REPOSITORY = "https://github.com/explr-book/explr"
+RESULT_SUFFIXES = (".json", ".jsonl", ".md")
+
+
+def release_archive_url() -> str:
+    """``<repository>/archive/<revision>.tar.gz`` of the installed explr: the URL and revision pip recorded
+    (``direct_url.json``), else :data:`REPOSITORY` at the tag ``v<version>``."""
+    from .. import __version__
+
+    try:
+        info = json.loads(importlib.metadata.distribution("explr").read_text("direct_url.json") or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        info = {}
+    vcs = info.get("vcs_info", {})
+    if info.get("url") and vcs.get("vcs") == "git" and "github.com" in info["url"]:
+        repo = info["url"].removesuffix(".git").rstrip("/")
+        return f"{repo}/archive/{vcs.get('commit_id') or vcs.get('requested_revision')}.tar.gz"
+    return f"{REPOSITORY}/archive/v{__version__}.tar.gz"
+
+
+def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archive_url: str | None = None) -> Path:
+    """``path`` if it is a folder; else the same ``results/...`` folder from the repository archive (module docstring).
+
+    ``cache_dir`` defaults to ``~/.cache/explr``; ``archive_url`` to :func:`release_archive_url`.
+    Raises ``FileNotFoundError`` (saying what was tried) if neither has it.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return path
+    if "results" not in path.parts:
+        raise FileNotFoundError(f"{path}: no such folder, and not a results/... folder of the repository")
+    rel = Path(*path.parts[path.parts.index("results"):]).as_posix()
+    url = archive_url or release_archive_url()
+    cache = Path(cache_dir or Path.home() / ".cache" / "explr") / hashlib.sha256(url.encode()).hexdigest()[:16]
+    if (cache / rel).is_dir():
+        return cache / rel
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            raw = response.read()
+    except OSError as err:
+        raise FileNotFoundError(f"{path} is absent and the repository archive {url} could not be fetched ({err}); "
+                                "clone the repository (results/ is committed) or train with train=True") from None
+    partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # renamed when complete: never half a cache
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
+        for member in tar:
+            inner = member.name.split("/", 1)[1] if "/" in member.name else ""  # strip "<repo>-<revision>/"
+            if (member.isfile() and inner.startswith("results/") and ".." not in inner.split("/")
+                    and inner.endswith(RESULT_SUFFIXES)):
+                dest = partial / inner
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(tar.extractfile(member).read())
+    if not (partial / rel).is_dir():
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FileNotFoundError(f"{path} is absent, and the repository archive {url} holds no {rel}/")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.replace(partial, cache)
+    return cache / rel
