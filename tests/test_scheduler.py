@@ -1,11 +1,18 @@
-"""explr.scheduler.PerStepLR: drop-in use with torch.optim.SGD, exact resume, rescaling, bad input."""
+"""explr.lr_scheduler.PerStepLR: drop-in use, exact resume, log-space playing, rescaling with param groups and
+running statistics, guards, composition, and torch's generic scheduler conventions (ported checks)."""
+import copy
 import io
+import math
+import pickle
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from explr.scheduler import PerStepLR
+from explr import PerStepLR
+from explr.invariance import make_scale_invariant
+from explr.models import bn_mlp
 from explr.schedules import step_decay, texp
 
 from digits_helpers import digit_batches, invariant_mlp, loss_fn
@@ -23,26 +30,42 @@ def train(model, opt, sched, batches, start, stop):
         sched.step()
 
 
-def fresh(rescale_above=None):
+def fresh(rescale_above=None, **kw):
     model = invariant_mlp()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
-    return model, opt, PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=rescale_above)
+    return model, opt, PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=rescale_above, **kw)
+
+
+def one_param_sgd(lr=0.1, momentum=0.9, dtype=torch.float64, **kw):
+    return torch.optim.SGD([torch.nn.Parameter(torch.ones(3, dtype=dtype))], lr=lr, momentum=momentum, **kw)
+
+
+def play(opt, sched, steps):
+    """Call optimizer.step() and scheduler.step() ``steps`` times (no gradients: only the schedule moves)."""
+    seen = []
+    for _ in range(steps):
+        seen.append([(g["lr"], g["weight_decay"]) for g in opt.param_groups])
+        opt.step()
+        sched.step()
+    return np.array(seen)
 
 
 def test_sets_lr_and_weight_decay_per_step():
     _, opt, sched = fresh()
-    seen = []
-    for k in range(len(LR)):
-        g = opt.param_groups[0]
-        seen.append((g["lr"], g["weight_decay"]))
-        opt.step()
-        sched.step()
-    lrs, wds = np.array(seen).T
+    lrs, wds = play(opt, sched, len(LR))[:, 0].T
     np.testing.assert_array_equal(lrs, SCHEDULE.lr)
     np.testing.assert_array_equal(wds, SCHEDULE.wd)
     assert wds[0] < 0  # the start correction is a negative one-step weight decay
     with pytest.raises(IndexError, match="300 steps"):
         sched.step()
+
+
+def test_plain_arrays_are_played_exactly():
+    opt = one_param_sgd(momentum=0.0)
+    sched = PerStepLR(opt, LR, 5e-4)
+    lrs, wds = play(opt, sched, len(LR))[:, 0].T
+    np.testing.assert_array_equal(lrs, LR)  # no exp(log(lr)) rounding: 0.1 stays 0.1
+    assert np.all(wds == 5e-4)
 
 
 @pytest.mark.parametrize("rescale_above", [None, 0.105])
@@ -67,7 +90,7 @@ def test_resume_at_a_phase_boundary_reproduces_the_trajectory(digits64, rescale_
     for a, b in zip(model.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
     if rescale_above is not None:
-        assert sched3.rescale == sched.rescale < 1 and sched3.rescale_count == sched.rescale_count > 0
+        assert sched3.log2_rescale == sched.log2_rescale < 0 and sched3.rescale_count == sched.rescale_count > 0
 
 
 def test_resuming_with_another_schedule_is_refused():
@@ -85,7 +108,9 @@ def test_resuming_with_another_schedule_is_refused():
         ([0.1, -0.1], 0.0, {}, "> 0"),
         ([0.1, float("nan")], 0.0, {}, "finite"),
         ([0.1, 0.1], [0.0, float("inf")], {}, "wd must be finite"),
+        ([0.1, 0.1], [0.0, 0.0, 0.0], {}, "wd must be a scalar or an array of 2"),
         ([0.1, 0.1], 0.0, {"rescale_above": 0.05}, "rescale_above must be"),
+        ([0.1, 0.1], 0.0, {"rescale_above": "1e3"}, "rescale_above must be"),
     ],
 )
 def test_bad_input(lr, wd, kw, match):
@@ -94,7 +119,258 @@ def test_bad_input(lr, wd, kw, match):
         PerStepLR(opt, lr, wd, **kw)
 
 
-def test_step_takes_no_epoch():
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
-    with pytest.raises(TypeError, match="no epoch"):
-        PerStepLR(opt, [0.1, 0.1]).step(3)
+# ----------------------------------------------------------------------------- defect 1: log space, no overflow
+LONG = texp(step_decay(0.1, 200, 391, [100, 150]), 1e-2, 0.9)  # lr̃ passes float64's range at step ~35,000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_schedule_beyond_float64_plays_in_low_precision_with_rescaling(dtype):
+    assert np.isinf(LONG.lr).any() and np.isfinite(LONG.log_lr).all()
+    param = torch.nn.Parameter(torch.ones(3, dtype=dtype))
+    opt = torch.optim.SGD([param], lr=0.1, momentum=0.9)
+    sched = PerStepLR.from_schedule(opt, LONG, rescale_above=1e3)
+    lrs, log2_r = np.empty(len(LONG)), np.empty(len(LONG))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # scheduler steps without optimizer steps
+        for k in range(len(LONG)):
+            lrs[k], log2_r[k] = opt.param_groups[0]["lr"], sched.log2_rescale
+            sched.step()
+    assert np.all(lrs <= 1e3) and np.all(lrs > 0)
+    # the optimizer's lr is the schedule's lr̃_k times R = 2^log2_rescale, computed in log space
+    np.testing.assert_allclose(np.log(lrs) - log2_r * math.log(2), LONG.log_lr, rtol=0, atol=1e-9)
+    assert sched.rescale_count > 50 and torch.isfinite(param).all()
+    assert sched.rescale == 0.0 and sched.log2_rescale < -1075  # R itself underflows float64; its log does not
+
+
+def test_overflow_without_rescaling_is_an_error_naming_the_step():
+    opt = one_param_sgd(dtype=torch.float32)
+    sched = PerStepLR.from_schedule(opt, LONG)
+    first = int(np.argmax(LONG.lr > np.finfo(np.float32).max))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(first - 1):
+            sched.step()
+        with pytest.raises(OverflowError, match=f"step {first}.*rescale_above"):
+            sched.step()
+
+
+# ----------------------------------------------------------------------------- defect 2: param groups
+def groups_optimizer(model, head_lr=0.02):
+    """Scale-invariant hidden layers at lr 0.05 and 0.01; the trainable last layer out of the schedule."""
+    hidden = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("6.")]
+    head = list(model[6].parameters())
+    return torch.optim.SGD([
+        {"params": hidden[:2], "lr": 0.05},
+        {"params": hidden[2:], "lr": 0.01},
+        {"params": head, "lr": head_lr, "weight_decay": 1e-4, "scale_invariant": False},
+    ], lr=0.05, momentum=0.9)
+
+
+def digits_mlp_with_trainable_head():
+    model = invariant_mlp()
+    for p in model[6].parameters():  # make_scale_invariant froze the last layer: train it again
+        p.requires_grad_(True)
+    return model
+
+
+def test_param_groups_keep_their_ratio_and_a_non_invariant_group_keeps_its_weight_decay():
+    model = digits_mlp_with_trainable_head()
+    opt = groups_optimizer(model)
+    sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=0.105)
+    seen = play(opt, sched, len(LR))
+    lr = seen[:, :, 0]
+    np.testing.assert_allclose(lr[:, 1] / lr[:, 0], 0.2, rtol=1e-14)
+    np.testing.assert_allclose(lr[:, 2], 0.4 * SCHEDULE.lr, rtol=1e-14)  # schedule units: never rescaled
+    assert sched.rescale_count > 0 and lr[:, 0].max() <= 0.105
+    assert np.all(seen[:, :2, 1] == seen[:, :1, 1]) and np.all(seen[:, 2, 1] == 1e-4)
+
+
+def test_rescaling_leaves_a_non_invariant_group_on_its_trajectory(digits64):
+    """A trainable last layer in a group with "scale_invariant": False: rescaling the other groups does not
+    change the run (float64, exact up to BN's eps and rounding)."""
+    batches = digit_batches(digits64, 150)
+    final = []
+    for rescale_above in (None, 0.105):
+        model = digits_mlp_with_trainable_head()
+        opt = groups_optimizer(model, head_lr=5e-4)
+        sched = PerStepLR(opt, 0.05 * 1.03 ** np.arange(150), rescale_above=rescale_above)
+        train(model, opt, sched, batches, 0, 150)
+        final.append(model(digits64.x_test[:256]).detach())
+    assert sched.rescale_count >= 3
+    assert ((final[1] - final[0]).abs().max() / final[0].abs().max()).item() < 1e-9
+
+
+# ----------------------------------------------------------------------------- defect 3: running statistics
+def bn_model_with_running_stats():
+    model = bn_mlp(eps=1e-300, running_stats=True, seed=0).double()
+    make_scale_invariant(model)
+    return model
+
+
+def test_model_running_statistics_follow_a_rescaling(digits64):
+    """Eval mode (running statistics): outputs unchanged by a rescaling with model=, changed without it."""
+    x = digits64.x_test[:256]
+    outputs = {}
+    for with_model in (False, True):
+        model = bn_model_with_running_stats()
+        for _ in range(3):  # some running statistics
+            model(digits64.x_train[:128])
+        model.eval()
+        before = model(x).detach()
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+        seen = []
+        sched = PerStepLR(opt, [0.1, 100.0], rescale_above=1.0, model=model if with_model else None,
+                          on_rescale=seen.append)
+        opt.step()
+        sched.step()  # rescales θ by c = 2^-5 (100 → 100/1024 <= 0.1)
+        assert seen == [2.0**-5] and sched.log2_rescale == -10
+        outputs[with_model] = (model(x).detach() - before).abs().max().item() / before.abs().max().item()
+    assert outputs[True] < 1e-12 and outputs[False] > 1e-2
+
+
+def test_first_rescaling_warns_when_the_model_is_not_scale_invariant(digits64):
+    for invariant in (True, False):
+        model = invariant_mlp() if invariant else digits_mlp_with_trainable_head()
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+        sched = PerStepLR(opt, [0.1, 100.0, 100.0], rescale_above=1.0, model=model)
+        x, y = digits64.x_train[:128], digits64.y_train[:128]
+        loss_fn(model(x), y).backward()
+        opt.step()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sched.step()
+        messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        if invariant:
+            assert messages == []
+        else:
+            assert len(messages) == 1 and "not scale invariant" in messages[0] and "scale_invariant" in messages[0]
+        assert sched._probe is None and sched._probe_hook is None  # checked once, hook removed
+
+
+# ----------------------------------------------------------------------------- defect 4: guards
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad])
+def test_rescaling_is_refused_for_other_optimizers(optimizer):
+    opt = optimizer([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    with pytest.raises(TypeError, match=f"rescale_above needs torch.optim.SGD; got {optimizer.__name__}"):
+        PerStepLR(opt, [0.1, 0.2], rescale_above=1.0)
+    PerStepLR(opt, [0.1, 0.2])  # playing a plain schedule without rescaling is fine
+    with pytest.raises(TypeError, match="exact equivalent for torch.optim.SGD"):
+        PerStepLR.from_schedule(opt, SCHEDULE)
+
+
+@pytest.mark.parametrize("kw", [dict(momentum=0.0), dict(momentum=0.99), dict(momentum=0.9, nesterov=True),
+                                dict(momentum=0.9, dampening=0.1)])
+def test_the_optimizer_must_use_the_schedules_momentum(kw):
+    with pytest.raises(ValueError, match="built for momentum=0.9"):
+        PerStepLR.from_schedule(torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, **kw), SCHEDULE)
+
+
+# ----------------------------------------------------------------------------- defect 5: composition
+def test_after_a_warm_up_in_sequential_lr():
+    warm = 20
+    opt = one_param_sgd(lr=0.1)
+    warmup = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=warm)
+    sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=0.105)
+    seq = torch.optim.lr_scheduler.SequentialLR(opt, [warmup, sched], milestones=[warm])
+    seen = play(opt, seq, warm + len(LR))[:, 0]
+    assert np.all(seen[:warm, 1] == 0.0)  # the optimizer's own weight decay, not the schedule's wd[0] < 0
+    np.testing.assert_allclose(seen[:warm, 0], 0.1 * np.minimum(1, 0.1 + 0.9 * np.arange(warm) / warm), rtol=1e-12)
+
+    alone_opt = one_param_sgd(lr=0.1)
+    alone = play(alone_opt, PerStepLR.from_schedule(alone_opt, SCHEDULE, rescale_above=0.105), len(LR))[:, 0]
+    np.testing.assert_array_equal(seen[warm:], alone)  # from the switch on, exactly the schedule alone
+    assert seen[warm, 1] == SCHEDULE.wd[0] and seen[warm:, 0].max() <= 0.105 and sched.rescale_count > 0
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_chained_scheduler_is_refused_with_a_message(first):
+    opt = one_param_sgd()
+    if first:
+        sched = PerStepLR.from_schedule(opt, SCHEDULE)
+        other = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+    else:
+        other = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+        sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    chained = torch.optim.lr_scheduler.ChainedScheduler([sched, other] if first else [other, sched])
+    with pytest.raises(RuntimeError, match="cannot run in a ChainedScheduler.*SequentialLR"):
+        for _ in range(2):
+            opt.step()
+            chained.step()
+
+
+# ----------------------------------------------------------------------------- torch's generic checks, ported
+def test_state_dict_round_trip_and_weights_only_load():
+    _, opt, sched = fresh(rescale_above=0.105)
+    play(opt, sched, 150)
+    buffer = io.BytesIO()
+    torch.save(sched.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    _, opt2, sched2 = fresh(rescale_above=0.105)
+    sched2.load_state_dict(state)
+    assert sched2.state_dict() == sched.state_dict()
+    for key in ("optimizer", "model", "_parts"):
+        assert key not in state
+    # load_state_dict alone (no optimizer state) puts the lr and weight decay back into the optimizer
+    assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups] == sched2.get_last_lr()
+    assert opt2.param_groups[0]["weight_decay"] == opt.param_groups[0]["weight_decay"]
+    np.testing.assert_array_equal(play(opt2, sched2, 150), play(opt, sched, 150))
+
+
+def test_call_order_warnings():
+    opt = one_param_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    with pytest.warns(UserWarning, match=r"lr_scheduler.step\(\)` before `optimizer.step\(\)"):
+        sched.step()
+    opt = one_param_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.step()
+        sched.step()
+    opt = one_param_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    opt.step = lambda: None  # overridden after the scheduler was built
+    with pytest.warns(UserWarning, match="overridden"):
+        sched.step()
+
+
+def test_pickling_keeps_the_state_and_the_schedule(digits64):
+    model, opt, sched = fresh(rescale_above=0.105, model=None)
+    train(model, opt, sched, digit_batches(digits64, 120), 0, 120)
+    copied = pickle.loads(pickle.dumps(sched))
+    assert copied.state_dict() == sched.state_dict() and copied.steps == sched.steps
+    deep = copy.deepcopy(sched)
+    assert deep.get_last_lr() == sched.get_last_lr()
+
+
+def test_get_last_lr_types_follow_the_param_groups():
+    opt = one_param_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    opt.step()
+    sched.step()
+    assert [type(v) for v in sched.get_last_lr()] == [float]
+    tensor_opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(3, dtype=torch.float64))], lr=torch.tensor(0.1, dtype=torch.float64),
+                                 momentum=0.9, foreach=False)
+    tensor_sched = PerStepLR.from_schedule(tensor_opt, SCHEDULE)
+    tensor_opt.step()
+    tensor_sched.step()
+    last = tensor_sched.get_last_lr()
+    assert isinstance(last[0], torch.Tensor) and last[0].item() == SCHEDULE.lr[1]
+    last[0].fill_(7.0)  # a copy, never an alias of the group's lr
+    assert tensor_opt.param_groups[0]["lr"].item() == SCHEDULE.lr[1]
+
+
+def test_closed_form_equals_the_chainable_form():
+    opt = one_param_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE)
+    for k in range(1, 40):
+        opt.step()
+        sched.step()
+        assert sched._get_closed_form_lr() == sched.get_last_lr() == [SCHEDULE.lr[k]]
+    jumped_opt = one_param_sgd()
+    jumped = PerStepLR.from_schedule(jumped_opt, SCHEDULE)
+    jumped_opt.step()
+    with pytest.warns(UserWarning, match="epoch parameter"):  # torch's deprecated step(epoch): the closed form
+        jumped.step(39)
+    assert jumped.get_last_lr() == sched.get_last_lr() and jumped.last_epoch == 39

@@ -45,6 +45,12 @@ def test_alpha_at_the_boundary_is_sqrt_gamma():
         (dict(lr=0.1, wd=1e-4, momentum=-0.1), ["momentum", "[0, 1)"]),
         (dict(lr=float("nan"), wd=1e-4, momentum=0.9), ["lr must be a finite number"]),
         (dict(lr=0.1, wd=1e-4, momentum=float("nan")), ["momentum"]),
+        (dict(lr="0.1", wd=1e-4, momentum=0.9), ["lr must be a finite number", "'0.1'"]),
+        (dict(lr=True, wd=1e-4, momentum=0.9), ["lr must be a finite number", "True"]),
+        (dict(lr=0.1, wd="1e-4", momentum=0.9), ["wd must be a finite number"]),
+        (dict(lr=0.1, wd=1e-4, momentum="0.9"), ["momentum must be a number in [0, 1)"]),
+        (dict(lr=0.1, wd=1e-4, momentum=True), ["momentum must be a number in [0, 1)"]),
+        (dict(lr=0.1, wd=1e-3, momentum=0.999999999), ["momentum=0.999999999", "lr*wd"]),
     ],
 )
 def test_alpha_rejects_bad_input_with_a_clear_message(kwargs, words):
@@ -52,6 +58,7 @@ def test_alpha_rejects_bad_input_with_a_clear_message(kwargs, words):
         alpha(**kwargs)
     for w in words:
         assert w in str(err.value)
+    assert "momentum=1:" not in str(err.value) and "momentum=1 " not in str(err.value)
 
 
 def test_exp_lr_formulas():
@@ -156,9 +163,26 @@ def test_converters_validate_their_input():
         exp_lr(0.1, 1e-4, 0.9, 0)
 
 
-def test_exp_lr_overflow_is_reported_not_returned_as_inf():
-    with pytest.raises(OverflowError, match="exceeds float64 at step"):
-        exp_lr(0.1, 2e-3, 0.9, 200_000)
+def test_long_schedules_are_built_in_log_space_without_overflow():
+    """Step decay at λ = 1e-2 over 200 CIFAR epochs: lr̃ passes float64's range (the old build raised a bare
+    OverflowError), ln lr̃ and the corrections lr̃·c stay finite and follow Theorem 2.12 exactly."""
+    lr = step_decay(0.1, 200, 391, [100, 150])
+    s = texp(lr, 1e-2, 0.9)
+    assert np.isfinite(s.log_lr).all() and np.isfinite(s.log_scale).all() and np.isfinite(s.lr_wd).all()
+    assert np.isinf(s.lr).any() and s.scale[-1] > 1e199 and np.isfinite(s.wd).all()
+    a = [alpha(0.1 * 0.1**i, 1e-2, 0.9) for i in range(3)]
+    growth = np.diff(s.log_lr)
+    np.testing.assert_allclose(growth[:39099], -2 * math.log(a[0]), rtol=1e-9)
+    assert growth[39099] == pytest.approx(math.log(0.1) - math.log(a[0] * a[1]), rel=1e-9)  # phase 1 starts
+    np.testing.assert_allclose(growth[39100:58649], -2 * math.log(a[1]), rtol=1e-9)
+    assert s.log_lr[0] == pytest.approx(math.log(0.1 / a[0]), rel=1e-15)
+    np.testing.assert_allclose(s.log_scale[1:], np.cumsum(-np.log(np.repeat(a, [39100, 19550, 19550]))), rtol=1e-12)
+    assert np.flatnonzero(s.lr_wd).tolist() == [0, 39100, 58650]
+    assert s.lr_wd[0] == pytest.approx((a[0] - (1 - 0.1 * 1e-2)) / a[0], rel=1e-12)
+    finite = np.isfinite(s.lr)
+    np.testing.assert_allclose(s.lr[finite] * s.wd[finite], s.lr_wd[finite], rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(np.log(s.lr[finite]), s.log_lr[finite], rtol=1e-14)
+    assert len(exp_lr(0.1, 2e-3, 0.9, 200_000)) == 200_000  # lr̃ ~ e^{3,900} at the end: fine in log space
 
 
 def test_step_decay():
@@ -179,6 +203,10 @@ def test_step_decay():
         step_decay(0.1, 10, 3, [5], factor=2.0)
     with pytest.raises(ValueError, match="epochs must be a positive integer"):
         step_decay(0.1, 0, 3)
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        step_decay("0.1", 10, 3)
+    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
+        cosine(0.1, 10, True)
 
 
 def test_cosine():

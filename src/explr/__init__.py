@@ -4,7 +4,7 @@ Library of the executable book reproducing Li & Arora, "An Exponential Learning 
 Deep Learning" (ICLR 2020).  Modules:
 
 * :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents;
-* :mod:`explr.scheduler` -- a drop-in ``torch.optim`` scheduler playing any per-step schedule;
+* :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any per-step schedule;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
 * :mod:`explr.invariance` -- making and checking scale invariance;
 * :mod:`explr.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds;
@@ -24,7 +24,7 @@ from .schedules import (
     texp_minus_minus,
     texp_plus_plus,
 )
-from .scheduler import PerStepLR
+from .lr_scheduler import PerStepLR
 
 __version__ = "0.1.0"
 __all__ = [

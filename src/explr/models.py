@@ -1,7 +1,7 @@
 """Networks used in the book.
 
 ``bn_mlp``: a small batch-normalised MLP for the 8×8 digits (chapters 1--3 and 5).
-``PreResNet`` / ``preresnet``: the pre-activation ResNet for CIFAR (He et al. 2016, "Identity mappings in
+``PreResNet``: the pre-activation ResNet for CIFAR (He et al. 2016, "Identity mappings in
 deep residual networks"), depth 6n+2, in the scale-invariant form of Li & Arora (2020), Section 5.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["bn_mlp", "invariant_bn_mlp", "PreActBlock", "PreResNet", "preresnet"]
+__all__ = ["bn_mlp", "invariant_bn_mlp", "PreActBlock", "PreResNet", "rescale_running_statistics"]
 
 
 def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=False, seed=None):
@@ -123,19 +123,22 @@ class PreResNet(nn.Module):
         x = torch.relu(self.bn(x))
         return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
-    @torch.no_grad()
     def rescale_bn_statistics(self, c: float) -> None:
-        """After θ → cθ (all convolution weights): running_mean → c·mean, running_var → c²·var.
-
-        Every BN input is homogeneous of degree 1 in θ, so this keeps the eval-mode network (running
-        statistics) the same function, as the train-mode one (batch statistics) already is.
-        """
-        for m in self.modules():
-            if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None:
-                m.running_mean.mul_(c)
-                m.running_var.mul_(c * c)
+        """:func:`rescale_running_statistics` of this network (after θ → cθ of all convolution weights)."""
+        rescale_running_statistics(self, c)
 
 
-def preresnet(depth: int = 32, **kwargs) -> PreResNet:
-    """Shorthand for :class:`PreResNet` (``preresnet(20)``, ``preresnet(32, invariant=False)``)."""
-    return PreResNet(depth, **kwargs)
+@torch.no_grad()
+def rescale_running_statistics(model: nn.Module, c: float) -> None:
+    """After θ → cθ: running_mean → c·mean, running_var → c²·var in every module that has both buffers
+    (BatchNorm*, SyncBatchNorm, InstanceNorm with ``track_running_stats``).
+
+    Where every normalisation input is homogeneous of degree 1 in θ (the scale-invariant networks of
+    Li & Arora 2020, Sec. 5) this keeps the eval-mode network (running statistics) the same function,
+    as the train-mode one (batch statistics) already is.
+    """
+    for m in model.modules():
+        mean, var = getattr(m, "running_mean", None), getattr(m, "running_var", None)
+        if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor):
+            mean.mul_(c)
+            var.mul_(c * c)

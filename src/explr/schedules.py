@@ -17,18 +17,25 @@ All converters share one exact construction (re-derived in the book, chapter 2):
 
 and the two runs stay equivalent iff the tilde run adds, at step k, the extra weight decay
 
-    c_k = (α_{k+1} − â_{k+1}) / (lr̃_k α_{k+1}),
+    c_k = (α_{k+1} − â_{k+1}) / (lr̃_k α_{k+1}),   i.e.  lr̃_k c_k = 1 − â_{k+1} / α_{k+1},
     â_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k)   (the last term is absent at k = 0).
 
 TEXP++ (Thm 2.13) chooses α_{k+1} = â_{k+1}, so no correction is ever needed.  The exponential
 schedule (Thm 2.1/2.5) and TEXP (Thm 2.12) keep α constant inside a phase of constant (lr, wd) --
 the larger root of x² − (1 + γ − lr·wd) x + γ = 0 -- which needs a correction only where a phase
-starts.  All arithmetic is float64 numpy; scales are accumulated in log space.
+starts.
+
+Everything is built in log space: a schedule carries ln lr̃_k, ln P_k and the bounded product lr̃_k c_k,
+so construction never overflows (lr̃ grows like exp(2ηλk/(1−γ)): at λ = 1e-2 and 78,200 steps it passes
+float64's 1.8e308).  :class:`explr.lr_scheduler.PerStepLR` plays it from there with a rescaling factor
+that is a power of two, so a run of any length stays finite in float32 or bf16.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -50,33 +57,86 @@ CORRECTIONS = ("all", "start", "none")
 
 @dataclass(frozen=True)
 class EquivalentSchedule:
-    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run.
+    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, in log space.
 
-    Attributes
-    ----------
-    lr : (steps,) float64 -- learning rate of the equivalent run at step k.
-    wd : (steps,) float64 -- weight decay the equivalent run applies at step k (momentum
-        corrections; zero where none).  May be negative: add ``wd[k] * θ`` to the gradient.
-    scale : (steps + 1,) float64 -- P_k, with θ̃_k = P_k θ_k for k = 0..steps.
+    Stored (never overflow):
+
+    log_lr : (steps,) float64 -- ln lr̃_k, the log learning rate of the equivalent run at step k.
+    lr_wd : (steps,) float64 -- lr̃_k · wd̃_k, the weight decay the equivalent run applies at step k
+        in units of its learning rate (the momentum corrections, 1 − â_{k+1}/α_{k+1}; zero where none,
+        negative where the run must *grow* θ).  Bounded, while wd̃_k alone can underflow.
+    log_scale : (steps + 1,) float64 -- ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
     momentum : float -- the momentum γ both runs use.
     name : str -- which construction produced it.
+
+    Derived (float64, ``inf`` / 0 where the value is outside float64's range):
+    ``lr`` = lr̃_k, ``wd`` = wd̃_k (add ``wd[k] * θ`` to the gradient), ``scale`` = P_k.
     """
 
-    lr: np.ndarray
-    wd: np.ndarray
-    scale: np.ndarray
+    log_lr: np.ndarray
+    lr_wd: np.ndarray
+    log_scale: np.ndarray
     momentum: float
     name: str
 
     def __len__(self) -> int:
-        return len(self.lr)
+        return len(self.log_lr)
+
+    def parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(m_lr, e_lr, m_wd, e_wd) with lr̃_k = m_lr·2^e_lr and wd̃_k = m_wd·2^e_wd: finite mantissas and
+        integer exponents, what :class:`~explr.lr_scheduler.PerStepLR` plays (``.lr``/``.wd`` are exactly
+        ``np.ldexp`` of them)."""
+        m_lr, e_lr = split_powers_of_two(self.log_lr)
+        return m_lr, e_lr, self.lr_wd / m_lr, -e_lr
+
+    @cached_property
+    def lr(self) -> np.ndarray:
+        m_lr, e_lr, _, _ = self.parts()
+        with np.errstate(over="ignore"):
+            return np.ldexp(m_lr, e_lr)
+
+    @cached_property
+    def wd(self) -> np.ndarray:
+        _, _, m_wd, e_wd = self.parts()
+        with np.errstate(under="ignore"):
+            return np.ldexp(m_wd, e_wd)
+
+    @cached_property
+    def scale(self) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return np.exp(self.log_scale)
+
+
+def split_powers_of_two(log_x) -> tuple[np.ndarray, np.ndarray]:
+    """(m, e) with x = m · 2^e, m ∈ [1/2, 1) up to rounding and e an integer, from ln x (any size)."""
+    log_x = np.asarray(log_x, dtype=np.float64)
+    exponent = np.floor(log_x / _LN2).astype(np.int64) + 1
+    return np.exp(log_x - exponent * _LN2), exponent
+
+
+_LN2 = math.log(2.0)
 
 
 # ----------------------------------------------------------------------------- validation
+def _check_real(name: str, value) -> float:
+    """``value`` as a finite float; strings, booleans, arrays and NaN/inf are refused."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.floating))
+    if not ok or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    return float(value)
+
+
 def _check_momentum(momentum) -> float:
-    if np.ndim(momentum) != 0 or not math.isfinite(float(momentum)) or not 0.0 <= momentum < 1.0:
+    if not (isinstance(momentum, numbers.Real) and not isinstance(momentum, bool)) or not 0.0 <= momentum < 1.0:
         raise ValueError(f"momentum must be a number in [0, 1); got {momentum!r}")
     return float(momentum)
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
 
 
 def _per_step(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
@@ -100,12 +160,6 @@ def _per_step(name: str, value, steps: int | None, positive: bool) -> np.ndarray
     return arr
 
 
-def _check_steps(steps) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be a positive integer; got {steps!r}")
-    return int(steps)
-
-
 # ----------------------------------------------------------------------------- the root α
 def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ.
@@ -117,10 +171,7 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
     λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
     """
-    for name, v in (("lr", lr), ("wd", wd)):
-        if np.ndim(v) != 0 or not math.isfinite(float(v)):
-            raise ValueError(f"{name} must be a finite number; got {v!r}")
-    lr, wd, gamma = float(lr), float(wd), _check_momentum(momentum)
+    lr, wd, gamma = _check_real("lr", lr), _check_real("wd", wd), _check_momentum(momentum)
     if lr <= 0:
         raise ValueError(f"lr must be > 0; got {lr!r}")
     if wd < 0:
@@ -128,9 +179,9 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     product, limit = lr * wd, (1.0 - math.sqrt(gamma)) ** 2
     if product > limit or (gamma == 0.0 and product >= 1.0):
         raise ValueError(
-            f"lr*wd = {product:.6g} (lr={lr:g}, wd={wd:g}) is outside the valid range "
+            f"lr*wd = {product:.6g} (lr={lr!r}, wd={wd!r}) is outside the valid range "
             f"0 <= lr*wd {'<' if gamma == 0 else '<='} (1 - sqrt(momentum))^2 = {limit:.6g} for "
-            f"momentum={gamma:g}: x^2 - (1 + momentum - lr*wd) x + momentum = 0 has no positive "
+            f"momentum={gamma!r}: x^2 - (1 + momentum - lr*wd) x + momentum = 0 has no positive "
             "real root, so no exponential-LR equivalent exists"
         )
     b = 1.0 + gamma - product
@@ -147,17 +198,15 @@ def _phase_starts(lr: np.ndarray, wd: np.ndarray) -> np.ndarray:
 
 
 def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSchedule:
-    """The shared construction of the module docstring.
+    """The shared construction of the module docstring, in log space.
 
     ``target[k]`` is the chosen α_{k+1} (``None``: TEXP++'s α_{k+1} = â_{k+1}, no correction);
-    ``correct[k]`` says whether step k applies the correction c_k (otherwise c_k is dropped,
-    which is exact only where α_{k+1} = â_{k+1}).
+    ``correct[k]`` says whether step k applies the correction lr̃_k c_k = 1 − â_{k+1}/α_{k+1}
+    (otherwise it is dropped, which is exact only where α_{k+1} = â_{k+1}).
     """
     steps = len(lr)
-    alphas = np.empty(steps)  # alphas[k] = α_{k+1}
-    extra = np.zeros(steps)
-    log_p = np.zeros(steps + 1)  # log P_k
-    log_lr = np.log(lr)
+    lr_wd = np.zeros(steps)
+    log_p = np.zeros(steps + 1)  # ln P_k
     a_prev = 1.0
     for k in range(steps):
         a_hat = 1.0 - lr[k] * wd[k]
@@ -167,26 +216,15 @@ def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSch
         if not a_next > 0:
             raise ValueError(
                 f"{name}: the weight-shrink factor of step {k} is {a_next:.6g} <= 0 "
-                f"(lr={lr[k]:g}, wd={wd[k]:g}, momentum={gamma:g}); lr*wd is too large for an "
+                f"(lr={lr[k]!r}, wd={wd[k]!r}, momentum={gamma!r}); lr*wd is too large for an "
                 "equivalent schedule to exist"
             )
-        alphas[k] = a_next
         log_p[k + 1] = log_p[k] - math.log(a_next)
         if correct is not None and correct[k]:
-            lr_tilde_k = math.exp(log_p[k] + log_p[k + 1] + log_lr[k])
-            extra[k] = (a_next - a_hat) / (lr_tilde_k * a_next)
+            lr_wd[k] = (a_next - a_hat) / a_next
         a_prev = a_next
-    with np.errstate(over="ignore"):
-        lr_tilde = np.exp(log_p[:-1] + log_p[1:] + log_lr)
-        scale = np.exp(log_p)
-    if not (np.isfinite(lr_tilde).all() and np.isfinite(scale).all()):
-        k = int(np.argmax(~np.isfinite(lr_tilde)))
-        raise OverflowError(
-            f"{name}: the equivalent learning rate exceeds float64 at step {k} "
-            f"(log lr = {log_p[k] + log_p[k + 1] + log_lr[k]:.1f}); shorten the schedule or train "
-            "with periodic equivalent rescaling (explr.scheduler)"
-        )
-    return EquivalentSchedule(lr=lr_tilde, wd=extra, scale=scale, momentum=gamma, name=name)
+    log_lr = log_p[:-1] + log_p[1:] + np.log(lr)
+    return EquivalentSchedule(log_lr=log_lr, lr_wd=lr_wd, log_scale=log_p, momentum=gamma, name=name)
 
 
 # ----------------------------------------------------------------------------- public converters
@@ -200,7 +238,7 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
     at step 0, c_0 = (α − (1 − λη)) / (lr̃_0 α)  (negative for λ > 0, zero when γ = 0).
     ``start_correction=False`` drops it, to show the error that follows.
     """
-    steps = _check_steps(steps)
+    steps = _check_positive_int("steps", steps)
     a = alpha(lr, wd, momentum)
     gamma = float(momentum)
     lr_arr, wd_arr = np.full(steps, float(lr)), np.full(steps, float(wd))
@@ -268,16 +306,10 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
     constant = np.full(len(lr_arr), lr_arr[0])
     result = texp(constant, wd_arr * lr_arr / lr_arr[0], momentum, corrections=corrections)
-    return EquivalentSchedule(result.lr, result.wd, result.scale, result.momentum, f"texp--[{corrections}]")
+    return replace(result, name=f"texp--[{corrections}]")
 
 
 # ----------------------------------------------------------------------------- ordinary schedules
-def _check_positive_int(name, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
 def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), factor: float = 0.1) -> np.ndarray:
     """Per-step LR of Step Decay (Definition 2.11): ``lr`` × ``factor``^(number of milestones ≤ epoch).
 
@@ -286,9 +318,9 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
     """
     epochs = _check_positive_int("epochs", epochs)
     steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not (np.ndim(lr) == 0 and math.isfinite(lr) and lr > 0):
+    if not _check_real("lr", lr) > 0:
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
-    if not (np.ndim(factor) == 0 and 0 < factor <= 1):
+    if not 0 < _check_real("factor", factor) <= 1:
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
     try:
         ms = np.asarray([int(m) for m in milestones if int(m) == m], dtype=np.int64)
@@ -315,7 +347,7 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     """
     epochs = _check_positive_int("epochs", epochs)
     steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not (np.ndim(lr) == 0 and math.isfinite(lr) and lr > 0):
+    if not _check_real("lr", lr) > 0:
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
     steps = np.arange(epochs * steps_per_epoch)
     if per == "epoch":

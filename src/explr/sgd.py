@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from .invariance import flat_norm, trainable_parameters
-from .scheduler import PerStepLR
+from .lr_scheduler import PerStepLR
 from .schedules import alpha
 
 __all__ = [

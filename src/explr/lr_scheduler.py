@@ -1,0 +1,337 @@
+"""A drop-in PyTorch scheduler that plays a per-step (lr, weight decay) schedule into an optimizer.
+
+Typical use with any schedule of :mod:`explr.schedules`::
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # no weight_decay: the schedule sets it
+    schedule = texp(step_decay(0.1, 200, 391, [100, 150]), 5e-4, 0.9)
+    sched = PerStepLR.from_schedule(opt, schedule, rescale_above=1e3, model=model)
+    for x, y in batches:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step(); sched.step()
+
+**Equivalent rescaling** (Li & Arora, Definition 2.3, momentum form of Lemma 2.6): for a scale-invariant
+loss the SGD states (θ, v, lr, wd) and (cθ, v/c, c²·lr, wd/c²) have the same future in function space.
+Exponential schedules grow like exp(2ηλk/(1−γ)) and leave float32's (and soon float64's) range in long
+runs.  With ``rescale_above`` the scheduler applies this rescaling whenever the first group's learning
+rate would exceed it, with c = 2^−j chosen so that the lr falls back into (lr₀/4, lr₀].  Because c is a
+power of two, cθ and v/c are exact in every floating-point format; the accumulated factor
+R = lr_optimizer / lr_schedule = 4^−(number of halvings) is kept as the integer ``log2_rescale``, and the
+schedule itself is played from the mantissas and exponents of :meth:`EquivalentSchedule.parts`, so no
+quantity ever overflows: any valid schedule runs for any length in float32 or bf16.
+
+Normalisation layers' running statistics are functions of θ too: pass ``model=`` and every module with
+``running_mean``/``running_var`` buffers (BatchNorm*, SyncBatchNorm, InstanceNorm with running stats)
+is rescaled with θ (mean ×c, variance ×c²), so eval-mode outputs do not change.  ``on_rescale(c)`` is
+called after every rescaling for any other state that must follow θ.
+
+**Param groups.**  Every group keeps its learning-rate ratio to the first group (its initial lr over the
+first group's).  A group holding parameters that are *not* scale invariant (a trainable last layer, BN's
+affine parameters, biases feeding no normalisation) is marked ``"scale_invariant": False``: it keeps its
+own ``weight_decay``, is never rescaled, and plays the schedule's lr in the schedule's own units (at its
+ratio), which is exactly what it would see without rescaling (the loss at cθ has the same gradient in
+those parameters).  Rescaling needs all other groups to be jointly scale invariant, see
+:func:`explr.invariance.make_scale_invariant`.
+
+**Composition.**  ``PerStepLR`` writes absolute values.  As a later scheduler of ``SequentialLR`` (after
+a warm-up, say) it is supported: until it starts, the optimizer keeps its own weight decay.  In
+``ChainedScheduler``, or with anything else changing the lr between two of its steps, it raises
+``RuntimeError``: a multiplicative scheduler cannot be combined with absolute values.  A scheduler
+placed *after* it in ``SequentialLR`` would inherit its rescaled units and is not supported.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import warnings
+
+import numpy as np
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+
+from .models import rescale_running_statistics
+
+__all__ = ["PerStepLR", "INVARIANT_KEY"]
+
+#: Param-group key: ``False`` keeps the group out of the schedule's weight decay and out of rescaling.
+INVARIANT_KEY = "scale_invariant"
+
+#: Relative change of the model's outputs under θ → 2^8·θ above which the first rescaling warns that the
+#: optimizer's parameters are not scale invariant (an invariant network changes only through BN's eps).
+INVARIANCE_TOLERANCE = 1e-3
+
+# attributes that are not part of the scheduler's state (objects, or the schedule itself)
+_NOT_STATE = ("optimizer", "model", "on_rescale", "_parts", "_probe", "_probe_hook")
+
+
+class PerStepLR(LRScheduler):
+    """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
+
+    Parameters
+    ----------
+    optimizer : any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
+        ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
+    lr : (steps,) array of learning rates (finite, > 0), or an :class:`~explr.schedules.EquivalentSchedule`
+        (played from log space, ``wd`` omitted; its momentum must be the optimizer's).
+    wd : scalar or (steps,) array of weight decays; negative values are allowed (the momentum
+        corrections of :func:`explr.schedules.texp`), which ``torch.optim.SGD`` accepts once built.
+    rescale_above : optional float > lr[0]; see the module docstring.  Without it, a learning rate that
+        no longer fits the parameters' dtype raises ``OverflowError`` naming the step.
+    model : optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
+        the scheduler also compares the model's train-mode outputs on the last training input at θ and 2^8·θ
+        and warns if they differ by more than ``INVARIANCE_TOLERANCE`` (``check_invariance=False`` skips
+        this, e.g. for models with dropout).
+    on_rescale : optional callable ``on_rescale(c)``, called after every rescaling θ → cθ.
+
+    ``step()`` is called once after every ``optimizer.step()``; after ``steps`` calls the schedule is used
+    up and a further call raises ``IndexError``.  ``state_dict()`` holds the position, ``log2_rescale`` and
+    a fingerprint of the schedule (not the schedule), so resuming needs the same schedule;
+    ``load_state_dict`` also writes the restored lr and weight decay into the optimizer.
+    """
+
+    def __init__(self, optimizer, lr, wd=0.0, *, rescale_above: float | None = None, model=None,
+                 on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
+        from .schedules import EquivalentSchedule
+
+        if isinstance(lr, EquivalentSchedule):
+            _check_sgd_momentum(optimizer, lr.momentum)
+            self._parts = lr.parts()
+        else:
+            self._parts = _plain_parts(lr, wd)
+        if rescale_above is not None:
+            if not isinstance(optimizer, torch.optim.SGD):
+                raise TypeError(
+                    f"rescale_above needs torch.optim.SGD; got {type(optimizer).__name__}: the equivalent "
+                    "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
+                    "state, and Adam-type updates are not homogeneous in θ)")
+            lr0 = math.ldexp(self._parts[0][0], int(self._parts[1][0]))
+            if not (isinstance(rescale_above, numbers.Real) and not isinstance(rescale_above, bool)
+                    and math.isfinite(rescale_above) and rescale_above > lr0):
+                raise ValueError(f"rescale_above must be a finite number > lr[0] = {lr0:g}; got {rescale_above!r}")
+        if on_rescale is not None and not callable(on_rescale):
+            raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
+        self.rescale_above = rescale_above
+        self.log2_rescale = 0  # R = 2**log2_rescale: the optimizer runs with lr_k·R and wd_k/R
+        self.rescale_count = 0
+        self.model, self.on_rescale = model, on_rescale
+        self._probe, self._probe_hook = None, None
+        if model is not None and rescale_above is not None and check_invariance:
+            self._probe_hook = model.register_forward_pre_hook(self._keep_input)
+        self.fingerprint = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in self._parts)).hexdigest()[:16]
+        self._own_weight_decay = [g.get("weight_decay") for g in optimizer.param_groups]
+        self._dtype_max = min((float(torch.finfo(p.dtype).max) for g in optimizer.param_groups
+                               for p in g["params"] if p.is_floating_point()), default=math.inf)
+        super().__init__(optimizer, last_epoch)
+
+    @classmethod
+    def from_schedule(cls, optimizer, schedule, **kwargs) -> "PerStepLR":
+        """Build from an ``EquivalentSchedule`` (played from log space) or any object with ``.lr``/``.wd``."""
+        if hasattr(schedule, "parts"):
+            return cls(optimizer, schedule, **kwargs)
+        return cls(optimizer, schedule.lr, schedule.wd, **kwargs)
+
+    # ------------------------------------------------------------------ position and values
+    @property
+    def steps(self) -> int:
+        return len(self._parts[0])
+
+    @property
+    def last_epoch(self) -> int:
+        """Index of the step the optimizer takes next (torch's name); −1 before the scheduler starts."""
+        return self._last_epoch
+
+    @last_epoch.setter
+    def last_epoch(self, value: int) -> None:
+        # SequentialLR "undoes" a later scheduler's initial step by setting last_epoch back to -1: the
+        # weight decay written at construction must not leak into the steps before this one starts.
+        self._last_epoch = value
+        if value < 0 and hasattr(self, "optimizer"):
+            for group, own, invariant in zip(self.optimizer.param_groups, self._own_weight_decay, self._invariant()):
+                if invariant and own is not None:
+                    group["weight_decay"] = own
+
+    @property
+    def rescale(self) -> float:
+        """R = lr_optimizer / lr_schedule (0.0 once it is below float64's range; ``log2_rescale`` is exact)."""
+        return math.ldexp(1.0, self.log2_rescale)
+
+    def _invariant(self) -> list[bool]:
+        return [group.get(INVARIANT_KEY, True) is not False for group in self.optimizer.param_groups]
+
+    def _lrs_at(self, k: int) -> list[float]:
+        """Every group's lr at step k: ratio × lr_k × (R for scale-invariant groups)."""
+        m_lr, e_lr = self._parts[0][k], int(self._parts[1][k])
+        base0 = float(self.base_lrs[0])
+        lrs = []
+        for base, invariant in zip(self.base_lrs, self._invariant()):
+            shift = self.log2_rescale if invariant else 0
+            try:
+                lr = float(base) / base0 * math.ldexp(m_lr, e_lr + shift)
+            except OverflowError:
+                lr = math.inf
+            if not lr <= self._dtype_max:
+                raise OverflowError(
+                    f"PerStepLR: the learning rate of step {k} is 2^{math.log2(m_lr) + e_lr + shift:.1f}, beyond the "
+                    f"largest value of the parameters' dtype ({self._dtype_max:.3g}); pass rescale_above (e.g. "
+                    "1e3) to keep it bounded by equivalent rescaling")
+            lrs.append(lr)
+        return lrs
+
+    def get_lr(self) -> list[float]:
+        return self._lrs_at(min(self.last_epoch, self.steps - 1))
+
+    _get_closed_form_lr = get_lr  # the schedule is given per step: its closed form is the chainable form
+
+    # ------------------------------------------------------------------ stepping
+    def _update_lr(self, epoch=None) -> None:
+        """One scheduler step (or a jump to ``epoch``, as ``SequentialLR`` does when it switches to this one)."""
+        if epoch is None and self.last_epoch >= 0:
+            self._check_lr_is_ours()
+        k = self.last_epoch + 1 if epoch is None else int(epoch)
+        if not 0 <= k <= self.steps:
+            raise IndexError(f"PerStepLR: the schedule has {self.steps} steps and step() was called more often"
+                             if k > self.steps else f"PerStepLR: step index {k} < 0")
+        position = min(k, self.steps - 1)
+        if self.rescale_above is not None:
+            self._rescale_if_above(position)
+        lrs = self._lrs_at(position)
+        self.last_epoch = k
+        m_wd, e_wd = self._parts[2][position], int(self._parts[3][position])
+        wd = math.ldexp(m_wd, e_wd - self.log2_rescale)
+        for group, lr, invariant in zip(self.optimizer.param_groups, lrs, self._invariant()):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+            if invariant:
+                group["weight_decay"] = wd
+        self._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
+                         for g in self.optimizer.param_groups]
+
+    def _check_lr_is_ours(self) -> None:
+        for i, (group, ours) in enumerate(zip(self.optimizer.param_groups, self._last_lr)):
+            if float(group["lr"]) != float(ours):
+                raise RuntimeError(
+                    f"PerStepLR: the lr of param group {i} was changed to {float(group['lr']):g} since PerStepLR set "
+                    f"it to {float(ours):g}. PerStepLR writes absolute per-step values, so it cannot run in a "
+                    "ChainedScheduler or next to manual lr changes; use SequentialLR to run schedulers one after another")
+
+    def _rescale_if_above(self, k: int) -> None:
+        log2_lr = math.log2(self._parts[0][k]) + int(self._parts[1][k]) + self.log2_rescale
+        if log2_lr > math.log2(self.rescale_above):
+            log2_lr0 = math.log2(self._parts[0][0]) + int(self._parts[1][0])
+            self._apply_rescaling(math.ceil((log2_lr - log2_lr0) / 2))
+
+    @torch.no_grad()
+    def _apply_rescaling(self, j: int) -> None:
+        """(θ, v, lr, wd) → (cθ, v/c, c²lr, wd/c²) with c = 2^−j on every scale-invariant group, and the
+        model's running statistics (mean ×c, var ×c²); then ``on_rescale(c)``."""
+        if self._probe_hook is not None:  # the first rescaling: check invariance once, then stop watching
+            self._probe_hook.remove()
+            self._probe_hook = None
+            if self._probe is not None:
+                self._warn_if_not_invariant()
+            self._probe = None
+        c = math.ldexp(1.0, -j)
+        for p, invariant in self._parameters():
+            if invariant:
+                p.mul_(c)
+                buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    buf.div_(c)
+        if self.model is not None:
+            rescale_running_statistics(self.model, c)
+        self.log2_rescale -= 2 * j
+        self.rescale_count += 1
+        if self.on_rescale is not None:
+            self.on_rescale(c)
+
+    def _parameters(self):
+        for group, invariant in zip(self.optimizer.param_groups, self._invariant()):
+            for p in group["params"]:
+                yield p, invariant
+
+    # ------------------------------------------------------------------ the cheap invariance check
+    def _keep_input(self, module, args) -> None:
+        self._probe = args  # a reference to the last training input, dropped at the first rescaling
+
+    def _warn_if_not_invariant(self) -> None:
+        """Train-mode outputs on the last input at θ and at 2^8·θ (scale-invariant groups): equal for a
+        scale-invariant network up to BN's eps (scaling by a power of two is exact, and undone exactly).
+        Running statistics are restored afterwards, so training is untouched."""
+        model, up = self.model, 2.0**8
+        buffers = [(b, b.clone()) for b in model.buffers()]
+        training = model.training
+        model.train()
+        try:
+            before = model(*self._probe)
+            for p, invariant in self._parameters():
+                if invariant:
+                    p.mul_(up)
+            after = model(*self._probe)
+            for p, invariant in self._parameters():
+                if invariant:
+                    p.div_(up)
+        finally:
+            model.train(training)
+            for b, saved in buffers:
+                b.copy_(saved)
+        if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)):
+            return
+        before, after = before.double(), after.double()
+        change = ((after - before).abs().max() / before.abs().max().clamp_min(1e-300)).item()
+        if not change <= INVARIANCE_TOLERANCE:
+            warnings.warn(
+                f"PerStepLR: the model's outputs change by {change:.3g} (relative) when the optimizer's parameters "
+                f"are scaled by {up:g}: they are not scale invariant, so rescaling changes the training. Freeze the "
+                f"others (explr.invariance.make_scale_invariant) or put them in a param group with "
+                f"'{INVARIANT_KEY}': False", RuntimeWarning, stacklevel=5)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in _NOT_STATE}
+        state["last_epoch"] = state.pop("_last_epoch")
+        return state
+
+    def load_state_dict(self, state_dict) -> None:
+        if state_dict.get("fingerprint") != self.fingerprint:
+            raise ValueError(
+                "PerStepLR.load_state_dict: the saved state belongs to a different schedule "
+                f"(fingerprint {state_dict.get('fingerprint')} != {self.fingerprint}); build the scheduler "
+                "with the same schedule before resuming")
+        state = dict(state_dict)
+        last_epoch = state.pop("last_epoch")
+        self.__dict__.update(state)
+        self._last_epoch = last_epoch
+        if last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
+            self._update_lr(last_epoch)
+
+
+def _plain_parts(lr, wd):
+    """(m_lr, e_lr, m_wd, e_wd) of plain per-step arrays: ``np.frexp``, exact."""
+    lr = np.asarray(lr, dtype=np.float64)
+    if lr.ndim != 1 or len(lr) == 0 or not np.all(np.isfinite(lr)) or np.any(lr <= 0):
+        raise ValueError("lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule)")
+    wd = np.asarray(wd, dtype=np.float64)
+    if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
+        raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
+    wd = np.broadcast_to(wd, lr.shape)
+    if not np.all(np.isfinite(wd)):
+        raise ValueError("wd must be finite at every step")
+    m_lr, e_lr = np.frexp(lr)
+    m_wd, e_wd = np.frexp(wd)
+    return m_lr, e_lr.astype(np.int64), m_wd, e_wd.astype(np.int64)
+
+
+def _check_sgd_momentum(optimizer, momentum: float) -> None:
+    """An equivalent schedule is exact for ``torch.optim.SGD`` with its momentum, no dampening, no Nesterov."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        raise TypeError(f"the schedule is an exact equivalent for torch.optim.SGD with momentum={momentum!r}; "
+                        f"got {type(optimizer).__name__} (play plain lr/wd arrays into other optimizers)")
+    for i, group in enumerate(optimizer.param_groups):
+        if group.get(INVARIANT_KEY, True) is False:
+            continue
+        if group["momentum"] != momentum or group.get("dampening", 0) != 0 or group.get("nesterov", False):
+            raise ValueError(
+                f"the schedule was built for momentum={momentum!r} (no dampening, no Nesterov), but param group {i} "
+                f"of the optimizer has momentum={group['momentum']!r}, dampening={group.get('dampening', 0)!r}, "
+                f"nesterov={group.get('nesterov', False)!r}: build both with the same momentum")
