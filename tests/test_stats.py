@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from explr.stats import loglog_slope, longest_stretch_at_or_below, returning_level
+from explr.stats import first_time_above, loglog_slope, longest_stretch_at_or_below, returning_level
 
 
 def test_loglog_slope_recovers_a_power_law_and_rejects_non_positive_data():
@@ -27,3 +27,11 @@ def test_returning_level_and_longest_stretch():
             returning_level(error, bad)
     with pytest.raises(ValueError, match=r"shape \(time, seeds\)"):
         returning_level(error[:, 0], 2)
+
+
+def test_first_time_above():
+    values = np.array([[0.0, 0.5, 0.0], [0.2, 0.5, 0.0], [0.3, 0.1, 0.0]])
+    np.testing.assert_array_equal(first_time_above(values, 0.1), [1, 0, -1])
+    np.testing.assert_array_equal(first_time_above(values, [0.25, 0.6, -1.0]), [2, -1, 0])
+    with pytest.raises(ValueError, match="shape"):
+        first_time_above(values[0], 0.1)

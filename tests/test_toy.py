@@ -170,3 +170,33 @@ def test_window_claim_counts_violations():
         check_window_claim(error, norm, starts=[n], **kw)
     with pytest.raises(ValueError, match="shape"):
         check_window_claim(error, norm[:, :1], **kw)
+
+
+def test_population_limit_is_gradient_descent_on_the_expected_loss():
+    """batch_size = inf runs w <- w - η ∇E[loss] (no sampling); a huge batch follows it closely."""
+    lr, wd, m = 0.1, 0.05, 4
+    w0 = torch.tensor([[0.6, 0.8, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]], dtype=torch.float64)
+    run = simulate(("bn", "bn+wd"), steps=5, seeds=2, batch_size=math.inf, lr=lr, wd=wd, dim=m, w0=w0,
+                   dtype=torch.float64)
+    for k, lam in enumerate((0.0, wd)):
+        w = w0.clone()
+        for _ in range(5):
+            w = w - lr * population_grad(w, lam)
+        np.testing.assert_allclose(run.norm[-1, k], w.norm(dim=-1).numpy(), rtol=1e-14)
+        np.testing.assert_allclose(run.error[-1, k], training_error(w).numpy(), rtol=1e-13)
+    huge = simulate(("bn+wd",), steps=5, seeds=2, batch_size=200_000, lr=lr, wd=wd, dim=m, w0=w0,
+                    dtype=torch.float64)
+    assert np.abs(huge.error[-1, 0] - run.error[-1, 1]).max() < 0.01
+    assert run.batch_size == math.inf
+    with pytest.raises(ValueError, match="BN models only"):
+        simulate(("wd",), steps=2, seeds=1, batch_size=math.inf, lr=lr, wd=wd, dim=m)
+
+
+def test_simulation_from_a_given_start():
+    kw = dict(steps=3, seeds=2, batch_size=4, lr=0.1, wd=0.05, dim=3, dtype=torch.float64)
+    run = simulate(("bn+wd",), w0=[5.0, 0.0, 0.0], **kw)
+    np.testing.assert_array_equal(run.norm[0, 0], [5.0, 5.0])
+    np.testing.assert_array_equal(run.error[0, 0], [0.0, 0.0])
+    for bad in ([1.0, 0.0], [0.0, 0.0, 0.0], [[1.0, 0.0, 0.0]] * 3):
+        with pytest.raises(ValueError, match="w0 must be"):
+            simulate(("bn+wd",), w0=bad, **kw)

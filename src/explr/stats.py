@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["loglog_slope", "returning_level", "longest_stretch_at_or_below"]
+__all__ = ["loglog_slope", "returning_level", "longest_stretch_at_or_below", "first_time_above"]
 
 
 def _time_series(name, values):
@@ -57,3 +57,14 @@ def longest_stretch_at_or_below(values, level) -> np.ndarray:
         run = np.where(row, run + 1, 0)
         best = np.maximum(best, run)
     return best
+
+
+def first_time_above(values, level) -> np.ndarray:
+    """The first index t with ``values[t]`` > ``level``, per seed; −1 where the series never exceeds it.
+
+    ``values`` (time, seeds); ``level`` a number or an array that broadcasts against (seeds,).  With
+    ``values`` an error and ``level`` = ε/π this is the first exit time from the ε-cone of Li & Arora's
+    Thm 3.1.
+    """
+    above = _time_series("values", values) > level
+    return np.where(above.any(axis=0), above.argmax(axis=0), -1)

@@ -17,7 +17,9 @@ One SGD step on a batch (x_b, y_b), b = 1..B, with u = w/‖w‖ and s_b = −σ
 
 :func:`simulate` runs all seeds (and all requested models) as one batch of tensors: every step is a
 handful of tensor operations on shape (models, seeds, ...), with no Python loop over seeds.  Runs of
-the same seed share their initial point and their mini-batches (common random numbers).
+the same seed share their initial point and their mini-batches (common random numbers).  It also runs
+the noiseless limit B = ∞ of the BN models (gradient descent on the expected loss, :func:`population_grad`)
+and starts from a given w_0 (e.g. R·e_1, inside the ε-cone of Thm 3.1) when asked.
 
 Quantities of the theorem (all exact for this data distribution):
 
@@ -164,7 +166,8 @@ class ToyRun:
     error : (steps + 1, K, S) -- training error ∠(w_t, e_1)/π, t = 0..steps.
     norm : (steps + 1, K, S) -- ‖w_t‖.
     step_angle : (steps, K, S) -- ∠(w_t, w_{t+1}).
-    models : the K model names; lr, wd, batch_size, dim : the hyperparameters (wd is that of the WD models).
+    models : the K model names; lr, wd, batch_size, dim : the hyperparameters (wd is that of the WD models;
+        batch_size is math.inf for population gradient descent).
     """
 
     error: np.ndarray
@@ -173,7 +176,7 @@ class ToyRun:
     models: tuple
     lr: float
     wd: float
-    batch_size: int
+    batch_size: int | float
     dim: int
 
     def __getitem__(self, model):
@@ -187,25 +190,36 @@ def simulate(
     *,
     steps: int,
     seeds: int,
-    batch_size: int,
+    batch_size: int | float,
     lr: float,
     wd: float,
     dim: int = 10,
     norm0: float = 1.0,
+    w0=None,
     seed: int = 0,
     dtype=torch.float32,
 ) -> ToyRun:
     """SGD on the toy problem for all ``models`` × ``seeds`` at once, recording every step.
 
     Each seed starts from one uniformly random direction with ‖w_0‖ = ``norm0`` (the same for every
-    model) and draws a fresh batch of ``batch_size`` samples per step, shared by all models of that
-    seed.  ``wd`` is λ of the ``"wd"`` and ``"bn+wd"`` models (``"bn"`` uses none).  Reproducible from
-    ``seed``.  float32 (default) is ~4x faster on a CPU than float64 and ample for the recorded angles.
+    model), or from ``w0`` if given (shape (dim,) for all seeds, or (seeds, dim)), and draws a fresh
+    batch of ``batch_size`` samples per step, shared by all models of that seed.  ``batch_size =
+    math.inf`` is the noiseless limit B = ∞: gradient descent on the expected loss
+    (:func:`population_grad`), for the BN models only (the WD model's expected gradient has no closed
+    form); run it in float64, since between its bursts the error decays far below float32's range.
+    ``wd`` is λ of the ``"wd"`` and ``"bn+wd"`` models (``"bn"`` uses none).  Reproducible from
+    ``seed``.  float32 (default) is ~4x faster on a CPU than float64 and ample for the recorded angles
+    of finite-batch runs.
     """
     models = _check_models(models)
     steps = _positive("steps", steps, integer=True)
     seeds = _positive("seeds", seeds, integer=True)
-    batch_size = _positive("batch_size", batch_size, integer=True)
+    population = batch_size == math.inf
+    if population:
+        if any(not MODELS[m][0] for m in models):
+            raise ValueError(f"batch_size = inf (population gradient) needs BN models only; got {models!r}")
+    else:
+        batch_size = _positive("batch_size", batch_size, integer=True)
     dim = _positive("dim", dim, integer=True, minimum=3)
     lr = _positive("lr", lr)
     norm0 = _positive("norm0", norm0)
@@ -216,15 +230,27 @@ def simulate(
     bn = torch.tensor([MODELS[m][0] for m in models]).view(K, 1, 1)
     lam = torch.tensor([float(wd) if MODELS[m][1] else 0.0 for m in models], dtype=dtype).view(K, 1, 1)
 
-    w0 = torch.randn(seeds, dim, generator=gen, dtype=dtype)
-    w = (norm0 * w0 / w0.norm(dim=-1, keepdim=True)).expand(K, seeds, dim).clone()
+    if w0 is None:
+        start = torch.randn(seeds, dim, generator=gen, dtype=dtype)
+        start = norm0 * start / start.norm(dim=-1, keepdim=True)
+    else:
+        start = torch.as_tensor(w0, dtype=dtype)
+        bad = not torch.isfinite(start).all() or (start.norm(dim=-1) == 0).any()
+        if start.shape not in ((dim,), (seeds, dim)) or bad:
+            raise ValueError(f"w0 must be finite and nonzero, of shape ({dim},) or ({seeds}, {dim}); "
+                             f"got shape {tuple(start.shape)}")
+    w = start.expand(K, seeds, dim).clone()
     error = torch.empty(steps + 1, K, seeds, dtype=dtype)
     norm = torch.empty(steps + 1, K, seeds, dtype=dtype)
     angle = torch.empty(steps, K, seeds, dtype=dtype)
     error[0], norm[0] = training_error(w), w.norm(dim=-1)
     for t in range(steps):
-        x, y = sample_batch(seeds, batch_size, dim, gen, dtype)
-        w_next = w - lr * loss_grad(w, x, y, bn, lam)
+        if population:
+            grad = population_grad(w, lam)
+        else:
+            x, y = sample_batch(seeds, batch_size, dim, gen, dtype)
+            grad = loss_grad(w, x, y, bn, lam)
+        w_next = w - lr * grad
         angle[t] = step_angle(w, w_next)
         w = w_next
         error[t + 1], norm[t + 1] = training_error(w), w.norm(dim=-1)
