@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 N       ?=
 ARGS    ?=
 
-.PHONY: help install book test browser-check chapter execute unit clean
+.PHONY: help install book test lint browser-check chapter execute unit clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -23,15 +23,19 @@ install: $(STAMP)  ## create .venv (if absent) and install the pinned stack and 
 book: $(STAMP)  ## execute every chapter and build the HTML book into _build/html (fails on errors and warnings)
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
-test: $(STAMP)  ## every test: unit tests, each chapter run small by papermill, nbval over the committed notebooks, browser check
+test: $(STAMP)  ## every test: lint, unit tests, each chapter run small by papermill, nbval over the committed notebooks, browser check
+	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=tests/browser
 	@$(MAKE) --no-print-directory browser-check
 
 browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
 	$(PY) -m pytest tests/browser -p no:cacheprovider
 
-unit: $(STAMP)  ## only the unit tests of src/ (fast)
-	$(PY) -m pytest tests -m "not chapters" -p no:cacheprovider --ignore=tests/browser
+lint: $(STAMP)  ## ruff over the Python sources (rules in pyproject.toml)
+	$(VENV)/bin/ruff check src tests benchmarks experiments .ci
+
+unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow)
+	$(PY) -m pytest tests -m "not chapters and not slow" -p no:cacheprovider --ignore=tests/browser
 
 chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters)
 	@test -n "$(N)" || { echo "usage: make chapter N=02 [ARGS='-p name value ...']"; exit 2; }

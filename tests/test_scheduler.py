@@ -229,9 +229,11 @@ def test_model_running_statistics_follow_a_rescaling(digits64):
 
 
 def test_first_rescaling_warns_when_the_model_is_not_scale_invariant(digits64):
+    """The optimizer holds every parameter; the frozen ones (BN affine, last layer) are not rescaled."""
     for invariant in (True, False):
         model = invariant_mlp() if invariant else digits_mlp_with_trainable_head()
-        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+        frozen_head = model[6].weight.detach().clone()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         sched = PerStepLR(opt, [0.1, 100.0, 100.0], rescale_above=1.0, model=model)
         x, y = digits64.x_train[:128], digits64.y_train[:128]
         loss_fn(model(x), y).backward()
@@ -241,7 +243,7 @@ def test_first_rescaling_warns_when_the_model_is_not_scale_invariant(digits64):
             sched.step()
         messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
         if invariant:
-            assert messages == []
+            assert messages == [] and torch.equal(model[6].weight, frozen_head)
         else:
             assert len(messages) == 1 and "not scale invariant" in messages[0] and "scale_invariant" in messages[0]
         assert sched._probe is None and sched._probe_hook is None  # checked once, hook removed

@@ -23,6 +23,9 @@ Normalisation layers' running statistics are functions of θ too: pass ``model=`
 is rescaled with θ (mean ×c, variance ×c²), so eval-mode outputs do not change.  ``on_rescale(c)`` is
 called after every rescaling for any other state that must follow θ.
 
+Frozen parameters (``requires_grad=False``, e.g. BN's affine parameters and the last layer that
+:func:`explr.invariance.make_scale_invariant` fixes) are never rescaled.
+
 **Param groups.**  Every group keeps its learning-rate ratio to the first group (its initial lr over the
 first group's).  A group holding parameters that are *not* scale invariant (a trainable last layer, BN's
 affine parameters, biases feeding no normalisation) is marked ``"scale_invariant": False``: it keeps its
@@ -246,9 +249,10 @@ class PerStepLR(LRScheduler):
             self.on_rescale(c)
 
     def _parameters(self):
+        """(p, rescaled?) for every parameter of the optimizer: trainable ones of scale-invariant groups are."""
         for group, invariant in zip(self.optimizer.param_groups, self._invariant()):
             for p in group["params"]:
-                yield p, invariant
+                yield p, invariant and p.requires_grad
 
     # ------------------------------------------------------------------ the cheap invariance check
     def _keep_input(self, module, args) -> None:
