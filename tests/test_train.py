@@ -16,7 +16,7 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, default_decay_epochs, schedule_arrays
 from explr.cifar10.data import CifarArrays, make_synthetic, write_cifar_batches, write_npz
 from explr.cifar10.engine import Trainer, TrainingDiverged
-from explr.cifar10.runs import METRIC_KEYS, TIMING_KEYS, load_runs, read_metrics, train_run
+from explr.cifar10.runs import METRIC_KEYS, TIMING_KEYS, RunError, load_runs, read_metrics, train_run
 from explr.invariance import check_scale_invariance
 from explr.models import PreResNet
 from explr.schedules import cosine, step_decay, texp, texp_minus_minus
@@ -168,7 +168,7 @@ def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(ar
     part = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, stop_after=2)
     assert part.status == "interrupted" and part.epochs_done == 2
     assert json.loads((tmp_path / "part" / "manifest.json").read_text())["status"] == "interrupted"
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(RunError, match="already holds a run; pass --resume"):
         train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False)
     resumed = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, resume=True)
     assert resumed.status == "finished"

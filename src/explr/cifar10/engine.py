@@ -1,9 +1,9 @@
 """The hot loop of a CIFAR-10 run: model, optimizer, schedule and device data, one epoch at a time.
 
-The exponential schedules run through :class:`explr.scheduler.PerStepLR` with ``rescale_above``: when
-the learning rate would exceed it, (θ, v, lr) → (cθ, v/c, c²lr) -- the same network function
-(Li & Arora 2020, Definition 2.3 and Lemma 2.6) -- and the BN running statistics are rescaled with
-θ (:meth:`explr.models.PreResNet.rescale_bn_statistics`), so float32/bf16 never overflow.
+The exponential schedules run through :class:`explr.lr_scheduler.PerStepLR` with ``rescale_above``:
+when the learning rate would exceed it, (θ, v, lr) → (cθ, v/c, c²lr) -- the same network function
+(Li & Arora 2020, Definition 2.3 and Lemma 2.6) -- and, given ``model=``, the scheduler rescales the BN
+running statistics with θ, so float32/bf16 never overflow.
 
 Everything stays on the device (data, augmentation, metric sums); the loop synchronises with the
 host only every ``log_every`` steps and at the end of an epoch.  At those syncs a run counts as
@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from ..invariance import flat_norm
+from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
-from .. import PerStepLR  # explr.lr_scheduler (explr.scheduler before issue 14)
 from .config import TrainConfig, schedule_arrays
 from .data import CifarArrays, DeviceData
 from .hardware import resolve_device, resolve_precision
@@ -62,8 +62,9 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         kwargs = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.SGD(self.params, lr=float(lr[0]), momentum=c.momentum, **kwargs)
-        self.scheduler = PerStepLR(self.optimizer, lr, wd, rescale_above=c.rescale_above if exponential else None)
-        self._seen_rescale = self.scheduler.rescale
+        # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
+        self.scheduler = PerStepLR(self.optimizer, lr, wd, rescale_above=c.rescale_above if exponential else None,
+                                   model=self.model, check_invariance=False)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
             self.model, mode=None if c.compile == "default" else c.compile)
@@ -72,13 +73,6 @@ class Trainer:
         else:
             self.autocast = contextlib.nullcontext
         self.acc_dtype = torch.float64 if self.precision == "fp64" else torch.float32
-
-    def _after_step(self) -> None:
-        self.scheduler.step()
-        r = self.scheduler.rescale
-        if r != self._seen_rescale:  # θ was just multiplied by c = sqrt(r / r_old): follow with BN stats
-            self.model.rescale_bn_statistics(math.sqrt(r / self._seen_rescale))
-            self._seen_rescale = r
 
     def train_epoch(self, epoch: int, on_sync=None):
         """Train one epoch; returns (loss_sum, correct, n) as host numbers.
@@ -104,7 +98,7 @@ class Trainer:
         """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
         c, data, plan = self.config, self.data, state["plan"]
         loss_sum, correct = state["loss_sum"], state["correct"]
-        forward, opt = self.forward, self.optimizer
+        forward, opt, scheduler = self.forward, self.optimizer, self.scheduler
         for k in range(start, stop):
             x, y = data.train_batch(plan, k)
             with self.autocast():
@@ -113,7 +107,7 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            self._after_step()
+            scheduler.step()
             loss_sum += loss.detach()
             correct += (out.detach().argmax(1) == y).sum()
             if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
@@ -166,5 +160,4 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self._seen_rescale = self.scheduler.rescale
         self.initial_loss = state.get("initial_loss")

@@ -391,11 +391,12 @@ def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
     if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
         raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
     lr_sched = float(trainer.schedule_lr[(epoch + 1) * S - 1])
-    lr_opt = lr_sched * sched.rescale
+    lr_opt = math.ldexp(lr_sched, sched.log2_rescale)  # R = 2^log2_rescale, exact; √R = 2^(log2_rescale/2)
+    norm = math.ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: c = 2^-j, R = 4^-j
     return {
         "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
         "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "lr_opt": lr_opt, "rescale": sched.rescale,
-        "rescale_count": sched.rescale_count, "weight_norm": norm_opt / math.sqrt(sched.rescale),
+        "rescale_count": sched.rescale_count, "weight_norm": norm,
         "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2, "seconds": time.perf_counter() - t0,
         "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0),
     }

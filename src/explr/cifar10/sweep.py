@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import PerStepLR  # explr.lr_scheduler (explr.scheduler before issue 14)
+from ..lr_scheduler import PerStepLR
 from .config import EXPONENTIAL, TrainConfig, schedule_arrays
 from .data import CifarArrays, load_cifar10
 from .engine import TrainingDiverged
