@@ -227,27 +227,39 @@ def _alive(pid):
 
 
 # ----------------------------------------------------------------------------- divergence and file modes
-class ExplodeAfter(PreResNet):
-    """Finite logits ×1e20 from the 8th training forward pass on: loss ~1e20, finite in float32."""
+class BreakAfter(PreResNet):
+    """A PreResNet whose training logits are multiplied by ``factor`` from the 8th call on (epoch 2 of 6 steps):
+    NaN, or 1e20 (a loss of ~1e20, finite in float32)."""
 
-    calls = 0
+    calls, factor = 0, float("nan")
 
     def forward(self, x):
         out = super().forward(x)
         if self.training:
-            ExplodeAfter.calls += 1
-            if ExplodeAfter.calls >= 8:
-                return out * 1e20
+            BreakAfter.calls += 1
+            if BreakAfter.calls >= 8:
+                return out * BreakAfter.factor
         return out
 
 
-def test_a_finite_but_exploded_loss_counts_as_diverged(arrays, tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_mod, "PreResNet", ExplodeAfter)
-    ExplodeAfter.calls = 0
-    with pytest.raises(TrainingDiverged, match="exploded in epoch 2.*more than 100 x the initial"):
-        train_run(TrainConfig(**TINY, schedule="step"), tmp_path, arrays, progress=False)
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
+@pytest.mark.parametrize("factor, match", [(float("nan"), "non-finite training loss in epoch 2"),
+                                           (1e20, "training loss exploded in epoch 2.*more than 100 x the initial")])
+def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, match, arrays, npz, tmp_path,
+                                                                     monkeypatch, capsys):
+    monkeypatch.setattr(engine_mod, "PreResNet", BreakAfter)
+    monkeypatch.setattr(BreakAfter, "factor", factor)
+    BreakAfter.calls = 0
+    with pytest.raises(TrainingDiverged, match=match + ".*last good checkpoint \\(epoch 1\\)"):
+        train_run(TrainConfig(**TINY, schedule="step"), tmp_path / "api", arrays, progress=False)
+    ckpt = torch.load(tmp_path / "api" / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 1 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert len(read_metrics(tmp_path / "api")) == 1
+    manifest = json.loads((tmp_path / "api" / "manifest.json").read_text())
     assert manifest["status"] == "diverged" and manifest["epochs_done"] == 1
+    assert "last good checkpoint" in manifest["message"]
+    BreakAfter.calls = 0
+    assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY]) == 3
+    assert match.split(".*")[0] in capsys.readouterr().err
 
 
 def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_path):

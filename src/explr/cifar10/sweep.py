@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..lr_scheduler import PerStepLR
-from .config import EXPONENTIAL, TrainConfig, schedule_arrays
+from .config import TrainConfig, schedule_arrays
 from .data import CifarArrays, load_cifar10
 from .engine import TrainingDiverged
 from .hardware import worker_gpus
