@@ -16,13 +16,16 @@ import json
 import multiprocessing as mp
 import time
 
+from explr.cifar10.config import add_config_arguments
 
-def _worker(rank: int, args, barrier, queue) -> None:
+
+def _worker(rank: int, jobs: int, args, barrier, queue) -> None:
     import torch
 
     from explr.cifar10 import TrainConfig, Trainer, make_synthetic
+    from explr.cifar10.hardware import resolve_device, resolve_threads
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(resolve_threads(args.threads, resolve_device(args.device), jobs))
     B = args.batch_size
     arrays = make_synthetic(n_train=B * 100, n_test=B, seed=rank)
     config = TrainConfig(schedule=args.schedule, epochs=1000, seed=rank, batch_size=B, depth=args.depth,
@@ -57,7 +60,7 @@ def _worker(rank: int, args, barrier, queue) -> None:
 def measure(args, jobs: int) -> list[float]:
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(jobs), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, args, barrier, queue)) for r in range(jobs)]
+    procs = [ctx.Process(target=_worker, args=(r, jobs, args, barrier, queue)) for r in range(jobs)]
     for p in procs:
         p.start()
     rates = [queue.get(timeout=args.seconds + 600) for _ in procs]
@@ -69,13 +72,8 @@ def measure(args, jobs: int) -> list[float]:
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4], help="numbers of concurrent processes")
-    p.add_argument("--depth", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp64"])
-    p.add_argument("--schedule", default="texp")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"])
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
+    add_config_arguments(p, names=("schedule", "depth", "batch_size", "precision", "device", "compile", "threads"))
+    p.set_defaults(schedule="texp")
     p.add_argument("--warmup", type=int, default=30, help="untimed steps per process before the barrier")
     p.add_argument("--chunk", type=int, default=10, help="steps between synchronisations")
     p.add_argument("--seconds", type=float, default=10.0, help="timed training per process")

@@ -16,11 +16,17 @@ times each, so that load from other processes hits both alike; the figure of mer
 over steps of the paired ratio t_bare / t_engine (target on a CPU: >= 0.9).  ``round`` (default on
 a GPU, where single steps cannot be timed without breaking the asynchronous pipeline) alternates
 rounds of ``--steps`` steps, synchronising only at round ends.
+
+Contention (``--hog N``): the same measurement with N single-core busy loops (``yes > /dev/null``)
+running beside it, as when a reader's machine or a shared build machine is busy.  The engine's default
+CPU thread count (:func:`explr.cifar10.hardware.default_threads`) leaves one CPU free for exactly this.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import subprocess
 import time
 
 import torch
@@ -111,6 +117,18 @@ def bench(args, precision):
         sum(tb) / sum(te)
 
 
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """``n`` processes ``yes > /dev/null`` (one core each) for the duration of the block."""
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # the model and hardware options are TrainConfig's own (same flags, rules and help as the CLI)
@@ -122,14 +140,14 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timed rounds (--timing round only)")
     p.add_argument("--timing", choices=["auto", "step", "round"], default="auto",
                    help="paired single steps (CPU default) or synchronised rounds (GPU default)")
+    p.add_argument("--hog", type=int, default=0, help="single-core busy loops (yes > /dev/null) running beside it")
     args = p.parse_args(argv)
     torch.set_num_threads(resolve_threads(args.threads, resolve_device(args.device)))
     print(f"PreResNet{args.depth}, batch {args.batch_size}, {args.steps} steps/round, channels_last={args.channels_last}, "
           f"compile={args.compile}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads "
-          f"({available_cpus()} available)")
-    rows = []
-    for precision in args.precision:
-        rows.append(bench(args, precision))
+          f"({available_cpus()} available), {args.hog} busy loop(s) beside it")
+    with busy_loops(args.hog):
+        rows = [bench(args, precision) for precision in args.precision]
     print(f"\n{'precision':<10}{'device':<8}{'timing':<7}{'bare img/s':>11}{'engine img/s':>13}"
           f"{'ratio':>7}{'total-time ratio':>18}")
     for precision, device, timing, bare, engine, ratio, total_ratio in rows:
