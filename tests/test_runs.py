@@ -19,7 +19,7 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.data import CifarArrays, make_synthetic, write_npz
 from explr.cifar10.engine import TrainingDiverged
-from explr.cifar10.runs import TIMING_KEYS, RunError, RunLock, RunLocked, read_metrics, train_run
+from explr.cifar10.runs import TIMING_KEYS, RunError, RunLock, RunLocked, load_runs, read_metrics, train_run
 from explr.models import PreResNet
 
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
@@ -199,6 +199,21 @@ def test_a_signal_records_interrupted_keeps_the_checkpoint_and_resume_continues_
     resumed = train_run(cfg, run, arrays, resume=True, progress=False, stop_after=done + 1)
     full = train_run(cfg, tmp_path / "full", arrays, progress=False, stop_after=done + 1)
     assert reproducible(resumed.metrics) == reproducible(full.metrics)
+
+
+def test_a_killed_run_reads_as_interrupted_and_resumes(npz, tmp_path):
+    run = tmp_path / "texp" / "seed0"
+    proc = _cli(tmp_path, npz)
+    _wait_for_epochs(run, 1, proc)
+    proc.kill()  # SIGKILL: nothing can be recorded
+    proc.communicate()
+    assert json.loads((run / "manifest.json").read_text())["status"] == "running"
+    (r,) = load_runs(tmp_path)
+    assert r["manifest"]["status"] == "interrupted" and "killed" in r["manifest"]["message"]
+    done = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
+    cfg = TrainConfig(**{**TINY, "epochs": 40}, schedule="texp", wd=5e-3, rescale_above=0.102, data=npz)
+    resumed = train_run(cfg, run, resume=True, progress=False, stop_after=done + 1)
+    assert resumed.epochs_done == done + 1 and json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
 
 def test_jobs_workers_die_with_their_parent(npz, tmp_path):

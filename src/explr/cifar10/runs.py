@@ -106,10 +106,17 @@ def read_metrics(path) -> list[dict]:
 
 
 def load_runs(out) -> list[dict]:
-    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array)."""
+    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).
+
+    A manifest that says "running" while no process holds the run's lock belongs to a process that was
+    killed (SIGKILL, a crash, a lost node): it is reported as "interrupted".
+    """
     runs = []
     for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
         manifest = json.loads(manifest_path.read_text())
+        if manifest.get("status") == "running" and not lock_holder(manifest_path.parent)[1]:
+            manifest.update(status="interrupted", message="its process died without recording it (killed?); "
+                            "--resume continues from the last checkpoint")
         rows = read_metrics(manifest_path.parent) if (manifest_path.parent / METRICS).exists() else []
         metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
         cfg = manifest["config"]
