@@ -27,7 +27,8 @@ SMOKE = {
     "01_scale_invariance": {"steps": 20},
     "02_wd_exp_lr": {"steps": 200, "record_every": 5},
     "03_multi_phase": {"epochs": 40, "milestones": [20, 30]},
-    "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100},
+    "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100,
+                                "population_steps": 1500, "exit_radii": [10, 1000], "exit_seeds": 4},
     "05_continuous_time": {"hidden": 8, "n_train": 256, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
                            "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 100, "trans_steps": 3},
     "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 20,
@@ -38,11 +39,14 @@ SMOKE = {
 # A second parameter set per chapter, applied on top of SMOKE: what a reader would change (seconds, too).
 RERUN = {
     "01_scale_invariance": {"seed": 2, "batch_size": 64, "lr": 2.0, "steps": 15},
+    "04_bn_wd_counterexample": {"seed": 5, "lr": 0.2, "wd": 0.02, "dim": 4, "batch_size": 16, "eps_frac": 0.5,
+                                "exit_radii": [20, 500], "batch_sizes": [8, 32, 128]},
 }
 
 # One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
 INVALID = {
     "01_scale_invariance": {"batch_size": 1},
+    "04_bn_wd_counterexample": {"eps_frac": 1.5},
 }
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
