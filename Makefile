@@ -46,7 +46,7 @@ chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" 
 
 execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: make execute N=02
 	@test -n "$(N)" || { echo "usage: make execute N=02"; exit 2; }
-	cd book && ../$(VENV)/bin/jupyter execute --inplace $$(cd book && ls $(N)_*.ipynb | head -n 1)
+	cd book && ../$(VENV)/bin/jupyter execute --inplace $$(ls $(N)_*.ipynb | head -n 1)
 
 clean:  ## remove build output (keeps .venv)
 	rm -rf _build
