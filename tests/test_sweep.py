@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from explr.cifar10 import committed_results, load_runs
+from explr.cifar10 import committed_results, load_runs, run_many
 from explr.cifar10 import hardware
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments
@@ -89,6 +89,17 @@ def test_workers_get_the_parents_data_through_shared_memory():
     finally:
         shm.close()
         shm.unlink()
+
+
+def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
+    """The configs name a file that does not exist: the workers can only have the parent's arrays."""
+    arrays = make_synthetic(n_train=192, n_test=64, seed=2)
+    configs = [TrainConfig(schedule="step", seed=s, data=str(tmp_path / "gone.npz"), epochs=1, batch_size=32, depth=8,
+                           threads=1, eval_batch_size=64) for s in (0, 1)]
+    results = run_many(configs, tmp_path / "out", arrays=arrays, jobs=2, progress=False)
+    assert [r["status"] for r in results] == ["finished", "finished"]
+    for r in load_runs(tmp_path / "out"):
+        assert r["manifest"]["data"]["sha256"] == arrays.sha256 and r["manifest"]["config"]["data"] == "gone.npz"
 
 
 # ----------------------------------------------------------------------------- submitit
