@@ -154,3 +154,15 @@ def test_committed_results_come_from_the_repository_archive_when_absent(tmp_path
     with pytest.raises(FileNotFoundError, match="could not be fetched"):
         committed_results("../results/cifar10-subset", cache_dir=tmp_path / "cache3",
                           archive_url=(tmp_path / "missing.tar.gz").as_uri())
+
+
+def test_slurm_without_slurm_is_one_line(tmp_path, capsys):
+    import shutil
+
+    if shutil.which("srun"):
+        pytest.skip("this machine has SLURM: the submission would really happen")
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TINY, "--launcher", "submitit"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--cluster slurm" in err
+    assert not (tmp_path / "o").exists()

@@ -274,12 +274,18 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     ``folder``: submitit's logs and pickles (default ``<out>/.submitit``).  ``wait=True`` waits for
     every job and returns their summaries; otherwise returns ``{"job_id": ...}`` per run.
     """
-    import submitit
-
+    try:
+        import submitit
+    except ImportError:
+        raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
+                         "requirements.txt)") from None
     arrays, notes = prepare(configs, out, resume=resume)
     for note in notes:
         print(note, file=sys.stderr)
-    executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit") / "%j", cluster=cluster)
+    try:
+        executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit") / "%j", cluster=cluster)
+    except RuntimeError as err:  # e.g. no srun/sbatch: not on a SLURM cluster
+        raise ValueError(f"--cluster {cluster}: {err}") from None
     params = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_run, "name": "explr-cifar10"}
     if cpus_per_run:
         params["cpus_per_task"] = cpus_per_run
