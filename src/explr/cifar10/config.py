@@ -137,6 +137,8 @@ class Epochs:
         return "strictly increasing integers in [1, epochs - 1]"
 
     def ok(self, v) -> bool:
+        if not isinstance(v, (list, tuple)):
+            return False
         ms = list(v)
         return all(_is_int(m) and m >= 1 for m in ms) and all(b > a for a, b in zip(ms, ms[1:]))
 
