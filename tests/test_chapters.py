@@ -39,6 +39,10 @@ SMOKE = {
 # A second parameter set per chapter, applied on top of SMOKE: what a reader would change (seconds, too).
 RERUN = {
     "01_scale_invariance": {"seed": 2, "batch_size": 64, "lr": 2.0, "steps": 15},
+    "02_wd_exp_lr": {"seed": 1, "batch_size": 64, "lr": 0.05, "wd": 1e-3, "momentum": 0.5, "init_scale": 2.5,
+                     "steps": 150, "record_every": 3},
+    "03_multi_phase": {"seed": 1, "lr": 0.05, "wd": 1e-3, "momentum": 0.5, "epochs": 36, "milestones": [12, 30],
+                       "record_every": 5},
     "04_bn_wd_counterexample": {"seed": 5, "lr": 0.2, "wd": 0.02, "dim": 4, "batch_size": 16, "eps_frac": 0.5,
                                 "exit_radii": [20, 500], "batch_sizes": [8, 32, 128]},
 }
@@ -46,6 +50,8 @@ RERUN = {
 # One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
 INVALID = {
     "01_scale_invariance": {"batch_size": 1},
+    "02_wd_exp_lr": {"wd": 0.1},
+    "03_multi_phase": {"momentum": 1.0},
     "04_bn_wd_counterexample": {"eps_frac": 1.5},
 }
 
