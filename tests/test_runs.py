@@ -180,6 +180,7 @@ def _wait_for_epochs(run, n, proc, timeout=120):
     raise AssertionError("no epoch finished in time")
 
 
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_records_interrupted_keeps_the_checkpoint_and_resume_continues_exactly(sig, code, arrays, npz,
                                                                                         tmp_path):
@@ -201,6 +202,7 @@ def test_a_signal_records_interrupted_keeps_the_checkpoint_and_resume_continues_
     assert reproducible(resumed.metrics) == reproducible(full.metrics)
 
 
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_a_killed_run_reads_as_interrupted_and_resumes(npz, tmp_path):
     run = tmp_path / "texp" / "seed0"
     proc = _cli(tmp_path, npz)
@@ -216,6 +218,7 @@ def test_a_killed_run_reads_as_interrupted_and_resumes(npz, tmp_path):
     assert resumed.epochs_done == done + 1 and json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
 
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_jobs_workers_die_with_their_parent(npz, tmp_path):
     proc = _cli(tmp_path, npz, "--seed", "0", "1", "--jobs", "2")
     runs = [tmp_path / "texp" / f"seed{s}" for s in (0, 1)]

@@ -91,6 +91,7 @@ def test_workers_get_the_parents_data_through_shared_memory():
         shm.unlink()
 
 
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
     """The configs name a file that does not exist: the workers can only have the parent's arrays."""
     arrays = make_synthetic(n_train=192, n_test=64, seed=2)
@@ -103,6 +104,7 @@ def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
 
 
 # ----------------------------------------------------------------------------- submitit
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
     pytest.importorskip("submitit")
     data = str(write_npz(tmp_path / "tiny.npz", make_synthetic(n_train=192, n_test=64, seed=2)))

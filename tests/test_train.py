@@ -183,6 +183,7 @@ def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(ar
         train_run(TrainConfig(**{**cfg, "lr": 0.2}), tmp_path / "part", arrays, progress=False, resume=True)
 
 
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_several_runs_from_one_command_and_concurrent_jobs_agree(npz, tmp_path):
     args = ["--schedule", "step", "texp", "--seed", "0", "1", "--data", npz, *CLI_TINY, "--epochs", "2"]
     assert main([*args, "--out", str(tmp_path / "seq")]) == 0
