@@ -31,7 +31,7 @@ SMOKE = {
                                 "population_steps": 1500, "exit_radii": [10, 1000], "exit_seeds": 4},
     "05_continuous_time": {"hidden": 8, "n_train": 256, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
                            "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 100, "trans_steps": 3},
-    "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 20,
+    "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 8,
                    "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
 }
 
@@ -45,6 +45,10 @@ RERUN = {
                        "record_every": 5},
     "04_bn_wd_counterexample": {"seed": 5, "lr": 0.2, "wd": 0.02, "dim": 4, "batch_size": 16, "eps_frac": 0.5,
                                 "exit_radii": [20, 500], "batch_sizes": [8, 32, 128]},
+    "05_continuous_time": {"seed": 1, "hidden": 6, "n_train": 200, "lrs": [0.08, 0.04, 0.02], "wd": 0.2, "wd_lr": 0.1,
+                           "sgd_lr": 0.3, "sgd_wd": 0.02, "momentum": 0.5, "batch_size": 64, "trans_lr": 0.1},
+    "06_cifar10": {"seeds": [2, 5], "epochs": 3, "schedules": ["step", "texp", "cosine"], "paper_scale": False,
+                   "precision": "fp32", "synthetic_images": 300},
 }
 
 # One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
@@ -53,6 +57,8 @@ INVALID = {
     "02_wd_exp_lr": {"wd": 0.1},
     "03_multi_phase": {"momentum": 1.0},
     "04_bn_wd_counterexample": {"eps_frac": 1.5},
+    "05_continuous_time": {"momentum": 1.0},
+    "06_cifar10": {"epochs": 1},
 }
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
