@@ -125,3 +125,15 @@ def test_cli_reports_a_bad_tree_in_one_line_without_traceback(tree, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "notes.txt: not an image file" in r.stderr
+
+
+def test_cli_trains_on_a_tarball_and_records_it_by_name(tmp_path, small):
+    src = write_image_folder(tmp_path / "tiny", small, fmt="png", archive="tar.gz")
+    out = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "explr.cifar10", "--data", str(src), "--data-root", str(tmp_path / "root"),
+                        "--out", str(out), "--epochs", "1", "--depth", "8", "--batch-size", "16", "--device", "cpu",
+                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads((out / "step" / "seed0" / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["data"]["kind"] == "image-folder-tar"
+    assert manifest["data"]["source"] == "tiny.tar.gz" and str(tmp_path) not in json.dumps(manifest)
