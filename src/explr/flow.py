@@ -10,11 +10,13 @@ modified equation
     f₁ = −½ g′g = −½ H∇L,
     f₂ = (1/12) g″(g, g) + (1/3) g′g′g = −(1/12) D³L[∇L, ∇L] − (1/3) H²∇L.
 
-f₁ is the counter term of implicit gradient regularisation (Barrett & Dherin 2021) and the first
-counter term of Miyagawa's "equation of motion" (NeurIPS 2022); f₂ is derived in chapter 5
-of the book by matching the Taylor expansion of the flow's time-η map with one GD step.  Truncating
-after η^p f_p leaves a local error O(η^{p+2}) per step and a global error O(η^{p+1}) after k = T/η
-steps, which :func:`discretisation_error` measures.
+f₁ is the counter term of implicit gradient regularisation (Barrett & Dherin 2021); f₂ is derived
+in chapter 5 of the book by matching the Taylor expansion of the flow's time-η map with one GD
+step.  Truncating after η^p f_p leaves a local error O(η^{p+2}) per step and a global error
+O(η^{p+1}) after k = T/η steps, which :func:`discretisation_error` measures.  This is the book's own
+backward error analysis; Miyagawa's "equation of motion" (NeurIPS 2022) likewise adds a counter term
+to gradient flow that cancels its discretisation error, but we have only that paper's abstract and
+do not claim that its counter term or its error bound coincide with these.
 
 Everything works on the *flat* vector θ of a model's trainable parameters (:class:`FlatProblem`,
 built on ``torch.func.functional_call``).  Derivatives are exact automatic differentiation:
@@ -24,8 +26,9 @@ an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
 
 Facts used by the book (paper notes §6, Li & Arora 2020 Sec. 4): on a scale-invariant L, GF
 conserves ‖θ‖; GF with weight decay λ is GF in the exponentially reparametrised time
-τ(t) = (e^{2λt} − 1)/(2λ) (:func:`reparametrised_time`); SGD with weight decay settles at the
-angular update √(2ηλ/(1+γ)) (:func:`equilibrium_angular_update`, Wan et al. 2021).
+τ(t) = (e^{2λt} − 1)/(2λ) (:func:`reparametrised_time`); GD with weight decay cannot keep
+λ_max(∇²R) below 2/η (:func:`top_eigenvalue`), or θ would go to 0; SGD with weight decay settles at
+the angular step :func:`explr.invariance.equilibrium_step_angle`, measured by :func:`angular_updates`.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .stats import loglog_slope  # noqa: F401  (re-exported for chapter 5; its home is explr.stats)
+from .invariance import step_angle, trainable_parameters
 
 __all__ = [
     "FlatProblem",
@@ -50,8 +53,6 @@ __all__ = [
     "top_eigenvalue",
     "reparametrised_time",
     "angular_updates",
-    "equilibrium_angular_update",
-    "loglog_slope",
     "smooth_activations",
     "CompositeBatchNorm1d",
     "composite_batchnorm",
@@ -141,7 +142,7 @@ class FlatProblem:
     def __init__(self, model: nn.Module, loss_fn, inputs, targets, wd: float = 0.0):
         if not wd >= 0:
             raise ValueError(f"wd must be >= 0; got {wd!r}")
-        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        trainable = trainable_parameters(model)
         if not trainable:
             raise ValueError("FlatProblem: the model has no trainable parameters")
         self.model, self.loss_fn, self.inputs, self.targets, self.wd = model, loss_fn, inputs, targets, float(wd)
@@ -326,9 +327,9 @@ def discretisation_error(problem: FlatProblem, theta0, lr: float, steps: int, or
 
 @dataclass(frozen=True)
 class PowerIteration:
-    """Result of :func:`power_iteration` on A = ∇²R(θ) − shift·I.
+    """Result of :func:`power_iteration` on A = ∇²R(θ).
 
-    eigenvalue : Rayleigh quotient vᵀAv + shift, the eigenvalue of A of largest magnitude (+ shift)
+    eigenvalue : Rayleigh quotient vᵀAv, the eigenvalue of A of largest magnitude
         once the iteration has converged and that eigenvalue is unique in magnitude;
     norm : ‖Av‖, which tends to ‖A‖₂ = max|λ(A)| even when λ and −λ tie in magnitude;
     vector : the final unit vector v;  iterations : used;  converged : whether v is an eigenvector
@@ -342,16 +343,15 @@ class PowerIteration:
     converged: bool
 
 
-def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0,
-                    shift: float = 0.0) -> PowerIteration:
-    """Power iteration v ← Av/‖Av‖ on A = ∇²R(θ) − shift·I with Hessian-vector products (no Hessian).
+def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0) -> PowerIteration:
+    """Power iteration v ← Av/‖Av‖ on A = ∇²R(θ) with Hessian-vector products (no Hessian).
 
-    With ``shift = 0``, ``norm`` is the spectral norm ‖∇²R(θ)‖₂, the smoothness (Lipschitz constant of
+    ``norm`` is the spectral norm ‖∇²R(θ)‖₂, the smoothness (Lipschitz constant of
     ∇R) near θ, and ``eigenvalue`` the signed eigenvalue attaining it.  Stops when ‖Av‖ changes by
     less than ``tol`` relatively; ``converged`` is whether v is then an eigenvector, i.e. the
     residual ‖Av − μv‖/‖Av‖ is below 10·√tol (so that μ is accurate to about ``tol``).  When λ and
     −λ tie in magnitude, ‖Av‖ still converges to |λ| but v does not.  :func:`top_eigenvalue` gives
-    the most positive eigenvalue.
+    the most positive eigenvalue (by Lanczos: an independent method, the book checks one against the other).
     """
     if iters < 1 or not tol > 0:
         raise ValueError(f"need iters >= 1 and tol > 0; got {iters!r}, {tol!r}")
@@ -361,7 +361,7 @@ def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float =
     v /= v.norm()
     norm = math.nan
     for i in range(1, iters + 1):
-        av = problem.hvp(theta, v) - shift * v
+        av = problem.hvp(theta, v)
         value, new_norm = torch.dot(v, av).item(), av.norm().item()
         residual = ((av - value * v).norm() / new_norm).item()
         v = av / new_norm
@@ -369,24 +369,37 @@ def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float =
         norm = new_norm
         if settled:
             break
-    return PowerIteration(value + shift, norm, v, i, residual <= 10 * math.sqrt(tol))
+    return PowerIteration(value, norm, v, i, residual <= 10 * math.sqrt(tol))
 
 
-def top_eigenvalue(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0) -> float:
+def top_eigenvalue(problem: FlatProblem, theta, tol: float = 1e-10, seed: int = 0) -> float:
     """Largest (most positive) eigenvalue λ_max of ∇²R(θ): the *sharpness* that GD's stability
-    (η·λ_max < 2) sees.
+    (η·λ_max < 2) sees, and the curvature bound of the descent lemma.
 
-    A first power iteration gives s = ‖∇²R(θ)‖₂; if its eigenvalue is not +s (the most curved
-    direction is concave, or ±s tie), a second one runs on the positive semi-definite ∇²R + sI, whose
-    largest eigenvalue is λ_max + s.  Raises RuntimeError if an iteration does not converge.
+    Lanczos iteration (``scipy.sparse.linalg.eigsh``, ``which="LA"``, ARPACK) on Hessian-vector products,
+    from a random start drawn with ``seed``; ``tol`` is ARPACK's relative accuracy.  Unlike the power
+    iteration it needs no spectral gap in magnitude (a concave direction of larger |λ| or a tie ±λ
+    does not matter) and it converges in a few dozen products where the top eigenvalues cluster.
+    Raises RuntimeError if ARPACK does not converge.
     """
-    first = power_iteration(problem, theta, iters, tol, seed)
-    if first.converged and first.eigenvalue > 0:
-        return first.eigenvalue
-    second = power_iteration(problem, theta, iters, tol, seed, shift=-first.norm * (1 + 1e-3))
-    if not second.converged:
-        raise RuntimeError(f"top_eigenvalue: power iteration did not converge in {iters} iterations")
-    return second.eigenvalue
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0; got {tol!r}")
+    theta = problem._as_tensor(theta).detach()
+
+    def hvp(u):
+        return problem.hvp(theta, np.ascontiguousarray(u, dtype=np.float64).ravel()).double().numpy()
+
+    if problem.n < 3:   # ARPACK needs k < n - 1: build the tiny Hessian instead
+        dense = np.stack([hvp(e) for e in np.eye(problem.n)])
+        return float(np.linalg.eigvalsh((dense + dense.T) / 2)[-1])
+    start = np.random.default_rng(seed).standard_normal(problem.n)
+    operator = LinearOperator((problem.n, problem.n), dtype=np.float64, matvec=hvp)
+    try:
+        return float(eigsh(operator, k=1, which="LA", tol=tol, v0=start)[0][0])
+    except ArpackNoConvergence as err:
+        raise RuntimeError(f"top_eigenvalue: Lanczos did not converge ({err})") from None
 
 
 def reparametrised_time(t, wd: float):
@@ -411,7 +424,7 @@ def angular_updates(model: nn.Module, loss_fn, batches, lr: float, wd: float, mo
     """
     if not lr > 0 or not wd >= 0 or not 0 <= momentum < 1:
         raise ValueError(f"need lr > 0, wd >= 0, 0 <= momentum < 1; got {lr!r}, {wd!r}, {momentum!r}")
-    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    named = dict(trainable_parameters(model))
     if groups is None:
         groups = {n: [n] for n in named} | {"all": list(named)}
     unknown = {n for names in groups.values() for n in names} - set(named)
@@ -430,20 +443,7 @@ def angular_updates(model: nn.Module, loss_fn, batches, lr: float, wd: float, mo
         opt.step()
         after = snapshot()
         for g, names in groups.items():
-            a = torch.cat([before[n].reshape(-1) for n in names])
-            b = torch.cat([after[n].reshape(-1) for n in names])
-            # angle = atan2(‖a‖‖b − a‖_⊥, a·b): accurate for the small angles of small steps
-            d = b - a
-            perp = d - (torch.dot(d, a) / torch.dot(a, a)) * a
-            out[g][k] = math.atan2((a.norm() * perp.norm()).item(), torch.dot(a, b).item())
+            out[g][k] = step_angle(torch.cat([before[n].reshape(-1) for n in names]),
+                                   torch.cat([after[n].reshape(-1) for n in names])).item()
         before = after
     return out
-
-
-def equilibrium_angular_update(lr: float, wd: float, momentum: float = 0.0) -> float:
-    """√(2ηλ/(1+γ)): the angular update per step at which SGD with weight decay settles on a
-    scale-invariant loss (Wan et al. 2021; with γ = 0 it follows from d‖θ‖²/dt = η‖∇L‖² − 2λ‖θ‖² = 0).
-    """
-    if not lr > 0 or not wd > 0 or not 0 <= momentum < 1:
-        raise ValueError(f"need lr > 0, wd > 0, 0 <= momentum < 1; got {lr!r}, {wd!r}, {momentum!r}")
-    return math.sqrt(2 * lr * wd / (1 + momentum))
