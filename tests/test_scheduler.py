@@ -267,6 +267,11 @@ def test_the_optimizer_must_use_the_schedules_momentum(kw):
         PerStepLR.from_schedule(torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, **kw), SCHEDULE)
 
 
+def test_an_equivalent_schedule_brings_its_own_weight_decay():
+    with pytest.raises(ValueError, match="wd must be omitted"):
+        PerStepLR(one_param_sgd(), SCHEDULE, 5e-4)
+
+
 # ----------------------------------------------------------------------------- defect 5: composition
 def test_after_a_warm_up_in_sequential_lr():
     warm = 20

@@ -75,8 +75,9 @@ class PerStepLR(LRScheduler):
         ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
     lr : (steps,) array of learning rates (finite, > 0), or an :class:`~explr.schedules.EquivalentSchedule`
         (played from log space, ``wd`` omitted; its momentum must be the optimizer's).
-    wd : scalar or (steps,) array of weight decays; negative values are allowed (the momentum
-        corrections of :func:`explr.schedules.texp`), which ``torch.optim.SGD`` accepts once built.
+    wd : scalar or (steps,) array of weight decays (default 0; omitted with an ``EquivalentSchedule``);
+        negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
+        ``torch.optim.SGD`` accepts once built.
     rescale_above : optional float > lr[0]; see the module docstring.  Without it, a learning rate that
         no longer fits the parameters' dtype raises ``OverflowError`` naming the step.
     model : optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
@@ -91,15 +92,17 @@ class PerStepLR(LRScheduler):
     ``load_state_dict`` also writes the restored lr and weight decay into the optimizer.
     """
 
-    def __init__(self, optimizer, lr, wd=0.0, *, rescale_above: float | None = None, model=None,
+    def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
                  on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
         from .schedules import EquivalentSchedule
 
         if isinstance(lr, EquivalentSchedule):
+            if wd is not None:
+                raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
             _check_sgd_momentum(optimizer, lr.momentum)
             self._parts = lr.parts()
         else:
-            self._parts = _plain_parts(lr, wd)
+            self._parts = _plain_parts(lr, 0.0 if wd is None else wd)
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
