@@ -52,6 +52,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from .models import rescale_running_statistics
+from .schedules import EquivalentSchedule
 
 __all__ = ["PerStepLR", "INVARIANT_KEY"]
 
@@ -94,8 +95,6 @@ class PerStepLR(LRScheduler):
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
                  on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
-        from .schedules import EquivalentSchedule
-
         if isinstance(lr, EquivalentSchedule):
             if wd is not None:
                 raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
@@ -113,6 +112,8 @@ class PerStepLR(LRScheduler):
             if not (isinstance(rescale_above, numbers.Real) and not isinstance(rescale_above, bool)
                     and math.isfinite(rescale_above) and rescale_above > lr0):
                 raise ValueError(f"rescale_above must be a finite number > lr[0] = {lr0:g}; got {rescale_above!r}")
+        if not float(optimizer.param_groups[0]["lr"]) > 0:
+            raise ValueError("the first param group's lr must be > 0: every group keeps its lr ratio to it")
         if on_rescale is not None and not callable(on_rescale):
             raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
         self.rescale_above = rescale_above
