@@ -1,6 +1,5 @@
 """Shared helpers of the tests that train the digits BN MLP (imported by name: a conftest.py
 cannot be imported reliably once tests/ holds more than one)."""
-import torch
 import torch.nn.functional as F
 
 from explr.digits import batch_schedule

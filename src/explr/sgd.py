@@ -11,7 +11,7 @@ with θ_{−1} = θ_0 for a zero initial momentum.  With v_t = (θ_{t−1} − �
 
 :func:`paper_sgd_step` implements the first form literally (the tests check it against
 ``torch.optim.SGD``); :func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
-:class:`explr.scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
+:class:`explr.lr_scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
 Lemma B.1 (the growth of ‖θ‖ under momentum SGD on a scale-invariant loss) and
 :func:`exp_lr_overflow_step` says when an exponential schedule leaves a floating-point format.
 """
@@ -92,7 +92,7 @@ def train_sgd(
     an :class:`~explr.schedules.EquivalentSchedule`.  ``probe``: an input batch whose outputs are
     recorded every ``record_every`` steps and at the end, in the model's current mode, without
     gradient (with batch-statistics BN this is a deterministic function of θ).
-    ``rescale_above``: see :class:`~explr.scheduler.PerStepLR`.
+    ``rescale_above``: see :class:`~explr.lr_scheduler.PerStepLR`.
     """
     lr = np.asarray(lr, dtype=np.float64)
     steps = len(lr)

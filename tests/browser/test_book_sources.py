@@ -6,7 +6,6 @@ import ast
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
