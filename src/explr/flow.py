@@ -21,7 +21,7 @@ do not claim that its counter term or its error bound coincide with these.
 Everything works on the *flat* vector θ of a model's trainable parameters (:class:`FlatProblem`,
 built on ``torch.func.functional_call``).  Derivatives are exact automatic differentiation:
 Hessian-vector products by double backward, D³L[v, v] = ∇_θ⟨v, ∇²L(θ) v⟩ by triple backward; no
-Hessian is ever formed.  Flows are integrated by ``scipy.integrate.solve_ivp`` (default DOP853,
+Hessian is formed (except the at most 2×2 one of a tiny problem in :func:`top_eigenvalue`).  Flows are integrated by ``scipy.integrate.solve_ivp`` (default DOP853,
 an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
 
 Facts used by the book (paper notes §6, Li & Arora 2020 Sec. 4): on a scale-invariant L, GF
