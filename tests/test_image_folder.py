@@ -118,6 +118,7 @@ def test_every_class_name_maps_to_cifars_label(tree):
     assert set(got.y_train.tolist()) <= set(range(10))
 
 
+@pytest.mark.slow
 def test_cli_reports_a_bad_tree_in_one_line_without_traceback(tree, tmp_path):
     (tree / "train" / "cat" / "notes.txt").write_text("hi")
     r = subprocess.run([sys.executable, "-m", "explr.cifar10", "--data", str(tree), "--out", str(tmp_path / "o"),
@@ -127,6 +128,7 @@ def test_cli_reports_a_bad_tree_in_one_line_without_traceback(tree, tmp_path):
     assert "notes.txt: not an image file" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_trains_on_a_tarball_and_records_it_by_name(tmp_path, small):
     src = write_image_folder(tmp_path / "tiny", small, fmt="png", archive="tar.gz")
     out = tmp_path / "runs"
