@@ -19,27 +19,14 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.data import CifarArrays, make_synthetic, write_npz
 from explr.cifar10.engine import TrainingDiverged
-from explr.cifar10.runs import TIMING_KEYS, RunError, RunLock, RunLocked, load_runs, read_metrics, train_run
+from explr.cifar10.runs import RunError, RunLock, RunLocked, load_runs, read_metrics, train_run
 from explr.models import PreResNet
 
-TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
-CLI_TINY = ["--epochs", "3", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
-            "--log-every", "2", "--no-progress"]
+from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
+
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def arrays():
-    return make_synthetic(n_train=192, n_test=64, seed=2)
-
-
-@pytest.fixture(scope="module")
-def npz(arrays, tmp_path_factory):
-    return str(write_npz(tmp_path_factory.mktemp("data") / "tiny.npz", arrays))
-
-
-def reproducible(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 
 
 def snapshot(folder):

@@ -14,12 +14,13 @@ from explr.cifar10 import hardware
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments
 from explr.cifar10.data import make_synthetic, write_npz
-from explr.cifar10.runs import TIMING_KEYS, read_metrics
+from explr.cifar10.runs import read_metrics
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
+from cifar10_helpers import CLI_TINY, reproducible, tiny_arrays
+
 pytestmark = pytest.mark.usefixtures("one_thread")
-CLI_TINY = ["--epochs", "2", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
-            "--log-every", "2", "--no-progress"]
+CLI_TWO_EPOCHS = [*CLI_TWO_EPOCHS, "--epochs", "2"]
 
 
 # ----------------------------------------------------------------------------- one declaration per setting
@@ -94,7 +95,7 @@ def test_workers_get_the_parents_data_through_shared_memory():
 @pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
     """The configs name a file that does not exist: the workers can only have the parent's arrays."""
-    arrays = make_synthetic(n_train=192, n_test=64, seed=2)
+    arrays = tiny_arrays()
     configs = [TrainConfig(schedule="step", seed=s, data=str(tmp_path / "gone.npz"), epochs=1, batch_size=32, depth=8,
                            threads=1, eval_batch_size=64) for s in (0, 1)]
     results = run_many(configs, tmp_path / "out", arrays=arrays, jobs=2, progress=False)
@@ -107,8 +108,8 @@ def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
 @pytest.mark.slow  # separate processes (spawn: each imports torch)
 def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
     pytest.importorskip("submitit")
-    data = str(write_npz(tmp_path / "tiny.npz", make_synthetic(n_train=192, n_test=64, seed=2)))
-    args = ["--schedule", "step", "texp", "--data", data, *CLI_TINY]
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    args = ["--schedule", "step", "texp", "--data", data, *CLI_TWO_EPOCHS]
     assert main([*args, "--out", str(tmp_path / "cluster"), "--launcher", "submitit", "--cluster", "local",
                  "--time", "10"]) == 0
     out = capsys.readouterr().out
@@ -121,8 +122,7 @@ def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
     for s in ("step", "texp"):
         a = read_metrics(tmp_path / "cluster" / s / "seed0")
         b = read_metrics(tmp_path / "here" / s / "seed0")
-        assert [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in a] == \
-               [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in b]
+        assert reproducible(a) == reproducible(b)
     before = (tmp_path / "cluster" / "step" / "seed0" / "checkpoint.pt").read_bytes()
     assert main([*args, "--out", str(tmp_path / "cluster"), "--launcher", "submitit", "--cluster", "local",
                  "--resume"]) == 0
@@ -164,7 +164,7 @@ def test_slurm_without_slurm_is_one_line(tmp_path, capsys):
     if shutil.which("srun"):
         pytest.skip("this machine has SLURM: the submission would really happen")
     with pytest.raises(SystemExit) as exc:
-        main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TINY, "--launcher", "submitit"])
+        main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "--cluster slurm" in err
     assert not (tmp_path / "o").exists()

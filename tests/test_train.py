@@ -13,33 +13,18 @@ import torch.nn.functional as F
 import explr.cifar10.data
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, default_decay_epochs, schedule_arrays
-from explr.cifar10.data import CifarArrays, make_synthetic, write_cifar_batches, write_npz
+from explr.cifar10.data import CifarArrays, write_cifar_batches
 from explr.cifar10.engine import Trainer
-from explr.cifar10.runs import METRIC_KEYS, TIMING_KEYS, RunError, load_runs, read_metrics, train_run
+from explr.cifar10.runs import METRIC_KEYS, RunError, load_runs, read_metrics, train_run
 from explr.invariance import check_scale_invariance
 from explr.models import PreResNet
 from explr.schedules import cosine, step_decay, texp, texp_minus_minus
 
-TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
-CLI_TINY = ["--epochs", "3", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
-            "--log-every", "2", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def arrays():
-    return make_synthetic(n_train=192, n_test=64, seed=2)
-
-
-@pytest.fixture(scope="module")
-def npz(arrays, tmp_path_factory):
-    return str(write_npz(tmp_path_factory.mktemp("data") / "tiny.npz", arrays))
-
+from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def reproducible(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 
 
 # ----------------------------------------------------------------------------- the model

@@ -1,0 +1,26 @@
+"""Shared settings and data of the CIFAR-10 engine tests: PreResNet8 on 192 generated images, batch 32
+(6 steps per epoch), seconds per run on a CPU.  A test module registers the data as module fixtures::
+
+    arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+    npz = pytest.fixture(tiny_npz, scope="module", name="npz")
+"""
+from explr.cifar10.data import make_synthetic, write_npz
+from explr.cifar10.runs import TIMING_KEYS
+
+TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
+CLI_TINY = ["--epochs", "3", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
+            "--log-every", "2", "--no-progress"]
+
+
+def tiny_arrays():
+    return make_synthetic(n_train=192, n_test=64, seed=2)
+
+
+def tiny_npz(arrays, tmp_path_factory):
+    """``arrays`` written as a .npz in a temporary folder (its path as a string)."""
+    return str(write_npz(tmp_path_factory.mktemp("data") / "tiny.npz", arrays))
+
+
+def reproducible(rows):
+    """The metrics rows without their wall-clock timings (everything else is reproducible bit for bit)."""
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
