@@ -20,7 +20,7 @@ from explr.cifar10.sweep import attach_arrays, share_arrays
 from cifar10_helpers import CLI_TINY, reproducible, tiny_arrays
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-CLI_TWO_EPOCHS = [*CLI_TWO_EPOCHS, "--epochs", "2"]
+CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
 # ----------------------------------------------------------------------------- one declaration per setting
