@@ -9,9 +9,10 @@ Deep Learning" (ICLR 2020).  Modules:
 * :mod:`explr.invariance` -- making and checking scale invariance;
 * :mod:`explr.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds;
 * :mod:`explr.flow` -- gradient flow and modified flows with counter terms (Section 4, EoM paper);
+* :mod:`explr.stats` -- the fits and levels the chapters measure (log-log slopes, returning levels);
 * :mod:`explr.digits`, :mod:`explr.models` -- a small real dataset and networks (BN MLP, PreResNet);
-* :mod:`explr.data`, :mod:`explr.train`, :mod:`explr.cifar10` -- the CIFAR-10 engine and its CLI;
-* :mod:`explr.report` -- summaries and verdicts of the CIFAR-10 comparison;
+* :mod:`explr.cifar10` -- the CIFAR-10 engine (a package) and its CLI ``python -m explr.cifar10``;
+* :mod:`explr.report` -- paired statistical tests and verdicts of the CIFAR-10 comparison;
 * :mod:`explr.plotting` -- the book's figure style.
 """
 from .schedules import (
