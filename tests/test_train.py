@@ -4,6 +4,7 @@ Every run here is PreResNet8 on 192 generated 32×32 images, batch 32 (6 steps p
 epochs: seconds on a CPU.
 """
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 import explr.cifar10.data
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, default_decay_epochs, schedule_arrays
-from explr.cifar10.data import CifarArrays, write_cifar_batches
+from explr.cifar10.data import CifarArrays, make_synthetic, write_cifar_batches
 from explr.cifar10.engine import Trainer
 from explr.cifar10.runs import METRIC_KEYS, RunError, load_runs, read_metrics, train_run
 from explr.invariance import check_scale_invariance
@@ -236,3 +237,17 @@ def test_help_documents_every_option(capsys):
                  "--decay-epochs", "--depth", "--device", "--precision", "--compile", "--resume", "--jobs",
                  "--channels-last", "--rescale-above", "--invariant"):
         assert flag in text
+
+
+def test_a_schedule_beyond_float64_trains_from_log_space():
+    """TEXP at wd 1e-2 over 80,000 steps: its lr passes float64's range (e^1600), yet the engine plays it."""
+    arrays = make_synthetic(n_train=400, n_test=20, seed=0)
+    config = TrainConfig(schedule="texp", epochs=200, batch_size=1, depth=8, wd=1e-2, device="cpu",
+                         precision="fp32", rescale_above=1.0).validate()
+    lr, _, _ = schedule_arrays(config, 400)
+    assert np.isinf(lr).any(), "the schedule's lr exceeds float64 somewhere"
+    trainer = Trainer(config, arrays)
+    assert trainer.schedule_log_lr.max() > 709 and np.isfinite(trainer.schedule_log_lr).all()
+    state = trainer.begin_epoch(0)
+    trainer.run_steps(state, 0, 20)
+    assert 0 < trainer.optimizer.param_groups[0]["lr"] <= 1.0 and math.isfinite(trainer.norms())

@@ -41,6 +41,7 @@ __all__ = [
     "add_config_arguments",
     "configs_from_args",
     "default_decay_epochs",
+    "played_schedule",
     "schedule_arrays",
 ]
 
@@ -267,7 +268,19 @@ def default_decay_epochs(epochs: int) -> list[int]:
 
 
 def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
-    """Per-step (lr, wd) arrays of ``config.schedule``, and whether it is exponential (module docstring)."""
+    """Per-step (lr, wd) arrays of ``config.schedule``, and whether it is exponential (module docstring).
+
+    For plots and checks: an exponential schedule's lr is ``inf`` where it exceeds float64 (a long run at a
+    large weight decay). Training plays :func:`played_schedule`, which keeps such schedules in log space.
+    """
+    played, exponential = played_schedule(config, steps_per_epoch)
+    return (played.lr, played.wd, True) if exponential else (*played, False)
+
+
+def played_schedule(config: TrainConfig, steps_per_epoch: int):
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``, and whether it is exponential: the
+    :class:`~explr.schedules.EquivalentSchedule` of an exponential schedule (log space, never overflows), or the
+    (lr, wd) arrays of ``step`` and ``cosine``."""
     c = config
     E, S = c.epochs, steps_per_epoch
     if c.schedule in ("step", "texp", "texp--"):
@@ -275,12 +288,10 @@ def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
     else:
         base = cosine(c.lr, E, S, per="epoch")
     if c.schedule in ("step", "cosine"):
-        return base, np.full(len(base), float(c.wd)), False
+        return (base, np.full(len(base), float(c.wd))), False
     if c.schedule == "texp--":
-        eq = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
-    else:
-        eq = texp(base, c.wd, c.momentum, corrections=c.corrections)
-    return eq.lr, eq.wd, True
+        return texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections), True
+    return texp(base, c.wd, c.momentum, corrections=c.corrections), True
 
 
 # ----------------------------------------------------------------------------- the command line, from the fields

@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
-from .config import TrainConfig, schedule_arrays
+from .config import TrainConfig, played_schedule
 from .data import CifarArrays, DeviceData
 from .hardware import resolve_device, resolve_precision
 
@@ -53,18 +54,23 @@ class Trainer:
             torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
-        lr, wd, exponential = schedule_arrays(c, self.steps_per_epoch)
-        self.schedule_lr = lr
+        played, exponential = played_schedule(c, self.steps_per_epoch)
+        #: ln of the schedule's lr at every step (exponential schedules can exceed float64's range)
+        self.schedule_log_lr = played.log_lr if exponential else np.log(played[0])
+        first_lr = float(np.exp(self.schedule_log_lr[0]))
         self.model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed).to(dtype)
         if c.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         kwargs = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = torch.optim.SGD(self.params, lr=float(lr[0]), momentum=c.momentum, **kwargs)
+        self.optimizer = torch.optim.SGD(self.params, lr=first_lr, momentum=c.momentum, **kwargs)
         # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
-        self.scheduler = PerStepLR(self.optimizer, lr, wd, rescale_above=c.rescale_above if exponential else None,
-                                   model=self.model, check_invariance=False)
+        if exponential:
+            self.scheduler = PerStepLR(self.optimizer, played, rescale_above=c.rescale_above, model=self.model,
+                                       check_invariance=False)
+        else:
+            self.scheduler = PerStepLR(self.optimizer, *played, model=self.model, check_invariance=False)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
             self.model, mode=None if c.compile == "default" else c.compile)

@@ -8,9 +8,10 @@ One run = one (schedule, seed) pair trained for ``epochs`` epochs, written to ``
     checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
     .lock            held (``fcntl.flock``) by the process training the run; holds its pid
 
-Metrics report the schedule's lr (``lr``), the optimizer's actual lr (``lr_opt``), the accumulated
-rescaling factor R = lr_opt/lr (``rescale``), ‖θ‖ in the schedule's units (``weight_norm`` =
-‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖² (Li & Arora 2020, Lemma 1.3).
+Metrics report the schedule's lr (``lr``; ``null`` beyond float64, where only ``log_lr`` = ln lr says it),
+the optimizer's actual lr (``lr_opt``), the accumulated rescaling factor R = lr_opt/lr = 2^``log2_rescale``
+(``rescale``), ‖θ‖ in the schedule's units (``weight_norm`` = ‖θ_opt‖/√R) and the effective lr,
+lr/‖θ‖² = lr_opt/‖θ_opt‖² (Li & Arora 2020, Lemma 1.3).
 
 Safety.  :func:`check_run` inspects a run folder without writing anything: a folder held by a live
 process, a run that exists without ``resume``, a corrupt manifest or checkpoint (the message says
@@ -66,8 +67,8 @@ __all__ = [
 
 FORMAT = "explr.cifar10/1"
 METRIC_KEYS = (
-    "epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "lr_opt", "rescale",
-    "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr", "seconds", "train_seconds",
+    "epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
+    "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr", "seconds", "train_seconds",
     "eval_seconds", "images_per_s",
 )
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
@@ -360,8 +361,9 @@ def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: Cif
             "resolved": {
                 "device": str(trainer.device), "precision": trainer.precision, "steps_per_epoch": S,
                 "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
-                "lr_schedule": {"first": float(trainer.schedule_lr[0]), "last": float(trainer.schedule_lr[-1]),
-                                "max": float(trainer.schedule_lr.max())},
+                "lr_schedule": {"first": _exp(trainer.schedule_log_lr[0]), "last": _exp(trainer.schedule_log_lr[-1]),
+                                "max": _exp(trainer.schedule_log_lr.max()),
+                                "log_max": float(trainer.schedule_log_lr.max())},
                 "normalisation": {"mean": trainer.data.mean.tolist(), "std": trainer.data.std.tolist()},
             },
             "devices": devices, "data": arrays.describe(),
@@ -390,6 +392,18 @@ def _write_metrics(path, rows) -> None:
     atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
 
 
+def _exp(log_value: float) -> float | None:
+    """e^x as a float, or None (JSON null) where it exceeds float64."""
+    return math.exp(log_value) if log_value < 709.0 else None
+
+
+def _ldexp(x: float, exponent: int) -> float | None:
+    try:
+        return math.ldexp(x, exponent)
+    except OverflowError:
+        return None
+
+
 def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
     """The metrics of a finished epoch (module docstring); non-finite weights or test loss → diverged."""
     (loss_sum, correct, n), (test_loss, test_acc), (t0, t1, t2) = sums, evaluation, times
@@ -397,12 +411,15 @@ def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
     norm_opt = trainer.norms()
     if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
         raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
-    lr_sched = float(trainer.schedule_lr[(epoch + 1) * S - 1])
-    lr_opt = math.ldexp(lr_sched, sched.log2_rescale)  # R = 2^log2_rescale, exact; √R = 2^(log2_rescale/2)
-    norm = math.ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: c = 2^-j, R = 4^-j
+    log_lr = float(trainer.schedule_log_lr[(epoch + 1) * S - 1])
+    lr_sched = _exp(log_lr)  # the schedule's lr, None beyond float64 (then only log_lr says it)
+    lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None  # lr · R, R = 2^log2_rescale
+              else math.exp(log_lr + sched.log2_rescale * math.log(2)))
+    norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # ‖θ‖ in schedule units: log2_rescale is even, √R exact
     return {
         "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
-        "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "lr_opt": lr_opt, "rescale": sched.rescale,
+        "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "log_lr": log_lr, "lr_opt": lr_opt,
+        "rescale": sched.rescale, "log2_rescale": sched.log2_rescale,
         "rescale_count": sched.rescale_count, "weight_norm": norm,
         "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2, "seconds": time.perf_counter() - t0,
         "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0),

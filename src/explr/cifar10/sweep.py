@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..lr_scheduler import PerStepLR
-from .config import TrainConfig, schedule_arrays
+from .config import TrainConfig, played_schedule
 from .data import CifarArrays, load_cifar10
 from .engine import TrainingDiverged
 from .hardware import worker_gpus
@@ -58,15 +58,19 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
     where = f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum " \
             f"{config.momentum:g}, --epochs {config.epochs})"
     try:
-        lr, wd, exponential = schedule_arrays(config, n // config.batch_size)
+        played, exponential = played_schedule(config, n // config.batch_size)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
-    if exponential and not config.rescale_above > lr[0]:
-        raise ValueError(f"rescale_above (--rescale-above) must exceed the first lr {lr[0]:g} of {where}; got "
+    first = float(np.exp(played.log_lr[0])) if exponential else float(played[0][0])
+    if exponential and not config.rescale_above > first:
+        raise ValueError(f"rescale_above (--rescale-above) must exceed the first lr {first:g} of {where}; got "
                          f"{config.rescale_above:g}")
-    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=config.momentum)
     try:
-        PerStepLR(dummy, lr, wd, rescale_above=config.rescale_above if exponential else None)
+        if exponential:
+            PerStepLR(dummy, played, rescale_above=config.rescale_above)
+        else:
+            PerStepLR(dummy, *played)
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None
 
