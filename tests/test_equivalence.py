@@ -96,7 +96,8 @@ def test_rescaling_keeps_an_overflowing_float32_run_finite_and_on_track(digits64
     """λη = 2.5e-3, γ = 0.9: α = 0.96, and the equivalent LR passes float32's maximum (3.4e38) at step
     1,115.  With rescaling the float32 run stays finite and follows the float64 SGD+WD run as closely
     as float32 arithmetic allows: exactly as closely as a float32 run of SGD+WD itself does (at this
-    large λη the dynamics amplify rounding to ~10% within a few hundred steps, in any float32 run)."""
+    large λη the dynamics amplify rounding to ~10% within a few hundred steps, in any float32 run; with two
+    threads the amplification is visible from step 150)."""
     steps, lr, wd = 1400, 0.1, 0.025
     s = exp_lr(lr, wd, 0.9, steps)
     assert s.lr.max() > np.finfo(np.float32).max
@@ -116,5 +117,8 @@ def test_rescaling_keeps_an_overflowing_float32_run_finite_and_on_track(digits64
     assert safe.lrs.max() <= 1e3 and safe.rescale < 1e-40
     float32_sgd = run32(np.full(steps, lr), wd)
     safe_dev, float32_dev = output_deviation(reference, safe), output_deviation(reference, float32_sgd)
-    assert safe_dev[:5].max() < 1e-5  # the first 250 steps: float32 rounding only
+    # while float32 SGD + WD is still at the rounding level, so is the rescaled run; how long that lasts depends
+    # on how the float32 sums were rounded (thread count, BLAS), so the window is the one float32 SGD shows
+    rounding = int(np.argmax(float32_dev >= 1e-5)) if (float32_dev >= 1e-5).any() else len(float32_dev)
+    assert rounding >= 2 and safe_dev[:rounding].max() < 1e-5
     assert safe_dev.max() <= 2 * float32_dev.max()
