@@ -114,6 +114,7 @@ def test_missing_or_bad_data_says_what_was_expected(tmp_path, small):
         load_npz(tmp_path / "junk.npz")
 
 
+@pytest.mark.slow
 def test_download_is_md5_checked_then_extracted(tmp_path, small):
     """The real download code (torchvision's download_url) against a local HTTP server, no internet."""
     src = tmp_path / "server"

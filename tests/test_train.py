@@ -93,6 +93,7 @@ def test_schedule_names_map_to_the_papers_schedules():
     assert default_decay_epochs(1) == []
 
 
+@pytest.mark.slow
 def test_texp_run_trains_the_same_networks_as_step_decay_in_float64(arrays):
     """Engine-level Theorem 2.12: same seed, same batches; texp (no WD, rescaled on the way) ≡ step decay + WD.
 
@@ -114,6 +115,7 @@ def test_texp_run_trains_the_same_networks_as_step_decay_in_float64(arrays):
 
 
 # ----------------------------------------------------------------------------- end to end
+@pytest.mark.slow
 def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays, npz, tmp_path, capsys):
     table = write_cifar_batches(tmp_path / "cifar" / "cifar-10-batches-py", arrays)
     assert main(["--schedule", "texp", "--data", npz, "--out", str(tmp_path / "a"), *CLI_TINY]) == 0
@@ -146,6 +148,7 @@ def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays,
     assert json.loads((other / "manifest.json").read_text())["data"]["kind"] == "cifar-python"
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(arrays, npz, tmp_path):
     cfg = dict(TINY, schedule="texp", wd=5e-3, rescale_above=0.102, epochs=4, data=npz)
     full = train_run(TrainConfig(**cfg), tmp_path / "full", arrays, progress=False)
@@ -239,6 +242,7 @@ def test_help_documents_every_option(capsys):
         assert flag in text
 
 
+@pytest.mark.slow
 def test_a_schedule_beyond_float64_trains_from_log_space():
     """TEXP at wd 1e-2 over 80,000 steps: its lr passes float64's range (e^1600), yet the engine plays it."""
     arrays = make_synthetic(n_train=400, n_test=20, seed=0)
