@@ -18,7 +18,7 @@ from explr.cifar10.data import CifarArrays, make_synthetic, write_cifar_batches
 from explr.cifar10.engine import Trainer
 from explr.cifar10.runs import METRIC_KEYS, RunError, load_runs, read_metrics, train_run
 from explr.invariance import check_scale_invariance
-from explr.models import PreResNet
+from explr.models import PreResNet, rescale_running_statistics
 from explr.schedules import cosine, step_decay, texp, texp_minus_minus
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
@@ -66,7 +66,7 @@ def test_invariant_preresnet_is_jointly_scale_invariant_and_bn_stats_follow_resc
             if p.requires_grad:
                 p.mul_(7.0)
     stale = model(x)
-    model.rescale_bn_statistics(7.0)
+    rescale_running_statistics(model, 7.0)
     torch.testing.assert_close(model(x), before, rtol=1e-10, atol=1e-10)
     assert (stale - before).abs().max() > 1e-3
 

@@ -123,10 +123,6 @@ class PreResNet(nn.Module):
         x = torch.relu(self.bn(x))
         return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
-    def rescale_bn_statistics(self, c: float) -> None:
-        """:func:`rescale_running_statistics` of this network (after θ → cθ of all convolution weights)."""
-        rescale_running_statistics(self, c)
-
 
 @torch.no_grad()
 def rescale_running_statistics(model: nn.Module, c: float) -> None:
