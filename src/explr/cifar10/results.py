@@ -16,7 +16,8 @@ import os
 import shutil
 import tarfile
 import urllib.request
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 
 __all__ = ["REPOSITORY", "committed_results", "release_archive_url"]
 
@@ -45,7 +46,8 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
     """``path`` if it is a folder; else the same ``results/...`` folder from the repository archive (module docstring).
 
     ``cache_dir`` defaults to ``~/.cache/explr``; ``archive_url`` to :func:`release_archive_url`.
-    Raises ``FileNotFoundError`` (saying what was tried) if neither has it.
+    Raises ``FileNotFoundError`` (saying what was tried) if neither has it, also when the archive is truncated
+    or damaged; a failed extraction leaves no temporary folder.
     """
     path = Path(path)
     if path.is_dir():
@@ -65,17 +67,40 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
                                 "clone the repository (results/ is committed) or train with train=True") from None
     partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # renamed when complete: never half a cache
     shutil.rmtree(partial, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-        for member in tar:
-            inner = member.name.split("/", 1)[1] if "/" in member.name else ""  # strip "<repo>-<revision>/"
-            if (member.isfile() and inner.startswith("results/") and ".." not in inner.split("/")
-                    and inner.endswith(RESULT_SUFFIXES)):
-                dest = partial / inner
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(tar.extractfile(member).read())
+    files = _result_files(raw, url)
+    try:
+        for inner, data in files.items():
+            (partial / inner).parent.mkdir(parents=True, exist_ok=True)
+            (partial / inner).write_bytes(data)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if not (partial / rel).is_dir():
         shutil.rmtree(partial, ignore_errors=True)
         raise FileNotFoundError(f"{path} is absent, and the repository archive {url} holds no {rel}/")
     shutil.rmtree(cache, ignore_errors=True)
     os.replace(partial, cache)
     return cache / rel
+
+
+def _result_files(raw: bytes, url: str) -> dict[str, bytes]:
+    """The result files (:data:`RESULT_SUFFIXES`) under ``results/`` of the repository archive ``raw``, by their path
+    inside the repository.  A truncated or damaged archive, or one holding a file that is also a folder of other
+    files (``a.json`` and ``a.json/b.json``), is a ``FileNotFoundError`` line naming the archive."""
+    files = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
+            for member in tar:
+                inner = member.name.split("/", 1)[1] if "/" in member.name else ""  # strip "<repo>-<revision>/"
+                if (member.isfile() and inner.startswith("results/") and ".." not in inner.split("/")
+                        and inner.endswith(RESULT_SUFFIXES)):
+                    files[inner] = tar.extractfile(member).read()
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise FileNotFoundError(f"the repository archive {url} is truncated or damaged ({' '.join(str(err).split())}); "
+                                "clone the repository (results/ is committed) or train with train=True") from None
+    clashes = sorted(files.keys() & {str(p) for name in files for p in PurePosixPath(name).parents})
+    if clashes:
+        raise FileNotFoundError(f"the repository archive {url} holds both the file {clashes[0]} and files under "
+                                f"{clashes[0]}/; clone the repository (results/ is committed) or train with "
+                                "train=True")
+    return files
