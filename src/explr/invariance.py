@@ -35,6 +35,9 @@ __all__ = [
     "step_angle",
     "equilibrium_step_angle",
     "angular_identity_gap",
+    "norm_relaxation_time",
+    "effective_lr_relaxation",
+    "chained_effective_lr",
 ]
 
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -222,24 +225,66 @@ def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: floa
 
     With x = ‖θ‖² and G = ‖∇L(θ/‖θ‖)‖ (the gradient on the unit sphere, taken as constant), one step changes
     x by −2ηλ/(1−γ)·x from the weight decay and by ∝ η²G²/x from the gradient (orthogonal to θ, Lemma 1.3),
-    so x² relaxes exponentially, at rate 4ηλ/(1−γ) per step, to an equilibrium ∝ η/λ (the same balance as
-    :func:`equilibrium_step_angle`). Starting from equilibrium under (η₀, λ₀) and switching to
-    (η, λ) = (r_η η₀, r_λ λ₀) — the new values are ``lr`` and ``wd`` — gives, with q = r_η / r_λ and
-    τ = (1−γ)/(4ηλ),
+    so x² relaxes exponentially, at rate 1/τ_θ = 4ηλ/(1−γ) per step (:func:`norm_relaxation_time`), to an
+    equilibrium ∝ η/λ (the same balance as :func:`equilibrium_step_angle`). Starting from equilibrium
+    under (η₀, λ₀) and switching to (η, λ) = (r_η η₀, r_λ λ₀) — the new values are ``lr`` and ``wd`` —
+    gives, with q = r_η / r_λ and τ_θ of the new values,
 
-        x_t² / x_0² = q + (1 − q) e^{−t/τ},        η_t^eff / η_0^eff = r_η / √(q + (1 − q) e^{−t/τ}).
+        x_t² / x_0² = q + (1 − q) e^{−t/τ_θ},      η_t^eff / η_0^eff = r_η / √(q + (1 − q) e^{−t/τ_θ}).
 
     Step Decay (r_η = 0.1, r_λ = 1) drops 10× at once and climbs back; TEXP--, which equals a constant
     learning rate with the weight decay cut (r_η = 1, r_λ = 0.1, Li & Arora Sec. 5), falls gradually; both
-    tend to √(r_η r_λ) = 1/√10 on the same time scale τ.
+    tend to √(r_η r_λ) = 1/√10 on the same time scale τ_θ.  :func:`chained_effective_lr` chains this
+    over every phase of a schedule.
     """
     for name, value in (("lr_ratio", lr_ratio), ("wd_ratio", wd_ratio), ("lr", lr), ("wd", wd)):
         if isinstance(value, bool) or not (isinstance(value, (int, float, np.floating, np.integer))
                                            and math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1); got {momentum!r}")
+    _check_momentum(momentum)
     t = np.asarray(steps, dtype=float)
     q = lr_ratio / wd_ratio
-    tau = (1 - momentum) / (4 * lr * wd)
-    return lr_ratio / np.sqrt(q + (1 - q) * np.exp(-t / tau))
+    return lr_ratio / np.sqrt(q + (1 - q) * np.exp(-t / norm_relaxation_time(lr, wd, momentum)))
+
+
+def _check_momentum(momentum):
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1); got {momentum!r}")
+
+
+def norm_relaxation_time(lr, wd, momentum: float = 0.0):
+    """τ_θ = (1 − γ)/(4ηλ): the number of steps in which x² = ‖θ‖⁴ relaxes by a factor e towards its
+    equilibrium ∝ η/λ (:func:`effective_lr_relaxation`).  It is also the linearised relaxation time of
+    ‖θ‖² itself near that equilibrium, where weight decay (rate 2ηλ/(1−γ)) and the gradient's growth term
+    contribute equally; weight decay alone would shrink ‖θ‖² on (1 − γ)/(2ηλ) steps."""
+    return (1 - momentum) / (4 * np.asarray(lr, dtype=float) * np.asarray(wd, dtype=float))
+
+
+def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
+    """The norm-equilibrium model of :func:`effective_lr_relaxation`, chained over a whole per-step schedule.
+
+    ``lr``, ``wd``: per-step arrays (or scalars broadcast to the other's length) of an SGD + WD run.
+    Within every stretch of constant (η, λ), u = ‖θ‖⁴ (in units where its equilibrium is η/λ) relaxes as
+
+        u_{k} = η/λ + (u_start − η/λ) e^{−(k − k_start)/τ_θ},      τ_θ = (1 − γ)/(4ηλ),
+
+    starting where the previous stretch ended, and from the equilibrium of the first (η, λ) at step 0 (as
+    if the run had been at its first values for a long time).  Returns the effective learning rate
+    η_k/‖θ_k‖² = η_k/√u_k after each step, in units where it is √(ηλ) at equilibrium; ratios between two
+    schedules with the same gradient scale G are therefore the model's prediction, with no free parameter.
+    """
+    lr, wd = np.broadcast_arrays(np.asarray(lr, dtype=float), np.asarray(wd, dtype=float))
+    if lr.ndim != 1 or len(lr) == 0:
+        raise ValueError(f"lr and wd must be per-step arrays with at least one step; got shape {lr.shape}")
+    if not (np.isfinite(lr).all() and np.isfinite(wd).all() and (lr > 0).all() and (wd > 0).all()):
+        raise ValueError("lr and wd must be finite and > 0 at every step")
+    _check_momentum(momentum)
+    starts = np.concatenate([[0], np.flatnonzero((np.diff(lr) != 0) | (np.diff(wd) != 0)) + 1, [len(lr)]])
+    u, out = lr[0] / wd[0], np.empty(len(lr))
+    for begin, end in zip(starts[:-1], starts[1:]):
+        eta, lam = lr[begin], wd[begin]
+        relaxed = eta / lam + (u - eta / lam) * np.exp(-np.arange(1, end - begin + 1)
+                                                       / norm_relaxation_time(eta, lam, momentum))
+        out[begin:end] = eta / np.sqrt(relaxed)
+        u = relaxed[-1]
+    return out
