@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from explr.invariance import TWIN_EFFECTIVE_LR_TOLERANCE, effective_lr_gap
 from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
 import explr.sgd as sgd_module
 from explr.lr_scheduler import PerStepLR
@@ -161,3 +162,21 @@ def test_rescaled_float32_run_agrees_with_float64_sgd_while_not_chaotic(digits64
         patch.setattr(sgd_module, "PerStepLR", MomentumNotRescaled)
         wrong = run32()
     assert output_deviation(reference, wrong).max() > 1000 * FLOAT32_EPS
+
+
+def test_a_texp_with_the_wrong_weight_decay_fails_the_twin_effective_lr_check(digits64):
+    """Chapter 6's twin check, |η̃^eff/η^eff − 1| per epoch below TWIN_EFFECTIVE_LR_TOLERANCE (2.4 %), on a run it
+    can judge exactly: Step Decay + WD (3,000 steps, cuts at 2,000 and 2,500, phase 0 lasting 4 τ_θ) against
+    TEXP built with the right λ (gap measured 5.0e-4) and with λ off by 10 % (the negative control, measured
+    5.8 %: it must fail)."""
+    lr = step_decay(0.1, epochs=30, steps_per_epoch=100, milestones=[20, 25])
+    batches = digit_batches(digits64, len(lr))
+
+    def per_epoch_effective_lr(schedule_lr, schedule_wd):
+        t = train_sgd(invariant_mlp(), loss_fn, batches, schedule_lr, schedule_wd, 0.9, record_every=100)
+        return (t.lrs / t.sq_norms[:-1])[99::100]
+
+    original = per_epoch_effective_lr(lr, 5e-4)
+    right, wrong = texp(lr, wd=5e-4, momentum=0.9), texp(lr, wd=5.5e-4, momentum=0.9)
+    assert effective_lr_gap(per_epoch_effective_lr(right.lr, right.wd), original) < TWIN_EFFECTIVE_LR_TOLERANCE / 10
+    assert effective_lr_gap(per_epoch_effective_lr(wrong.lr, wrong.wd), original) > TWIN_EFFECTIVE_LR_TOLERANCE

@@ -38,6 +38,8 @@ __all__ = [
     "norm_relaxation_time",
     "effective_lr_relaxation",
     "chained_effective_lr",
+    "TWIN_EFFECTIVE_LR_TOLERANCE",
+    "effective_lr_gap",
 ]
 
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -288,3 +290,18 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
         out[begin:end] = eta / np.sqrt(relaxed)
         u = relaxed[-1]
     return out
+
+
+#: Relative tolerance on the effective learning rates of two exact twins (e.g. TEXP and Step Decay + WD), per
+#: epoch. A TEXP built with λ off by 10 % is the exact twin of SGD with weight decay 1.1 λ, whose effective LR
+#: settles at √1.1 ≈ 1.049 times the right one (it scales like √(ηλ) at equilibrium, :func:`chained_effective_lr`);
+#: the tolerance is half that gap, (√1.1 − 1)/2 = 2.4 %, so such a twin fails the check once it has settled.
+TWIN_EFFECTIVE_LR_TOLERANCE = (math.sqrt(1.1) - 1) / 2
+
+
+def effective_lr_gap(twin, original) -> float:
+    """max_k |twin_k / original_k − 1|: the largest relative gap of two effective-learning-rate series."""
+    twin, original = np.asarray(twin, dtype=float), np.asarray(original, dtype=float)
+    if twin.shape != original.shape or twin.size == 0:
+        raise ValueError(f"the two series must have the same non-empty shape; got {twin.shape} and {original.shape}")
+    return float(np.max(np.abs(twin / original - 1)))
