@@ -1,16 +1,18 @@
 """explr.lr_scheduler.PerStepLR: drop-in use, exact resume, log-space playing, rescaling with param groups and
 running statistics, guards, composition, and torch's generic scheduler conventions (ported checks)."""
 import copy
+import dataclasses
 import io
 import math
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from explr import PerStepLR
+from explr import PerStepLR, lr_scheduler
 from explr.invariance import make_scale_invariant
 from explr.models import bn_mlp
 from explr.schedules import step_decay, texp
@@ -381,3 +383,184 @@ def test_closed_form_equals_the_chainable_form():
     with pytest.warns(UserWarning, match="epoch parameter"):  # torch's deprecated step(epoch): the closed form
         jumped.step(39)
     assert jumped.get_last_lr() == sched.get_last_lr() and jumped.last_epoch == 39
+
+
+# ----------------------------------------------------------------------------- issue 23: param groups, state, input
+def test_a_param_group_added_after_construction_is_refused_before_anything_is_rescaled():
+    opt = one_param_sgd(momentum=0.0)
+    sched = PerStepLR(opt, [0.1, 100.0, 100.0], rescale_above=1.0)
+    late = torch.nn.Parameter(torch.full((4,), 1.0, dtype=torch.float64))
+    opt.add_param_group({"params": [late], "lr": 0.01})
+    opt.step()
+    with pytest.raises(RuntimeError, match="optimizer has 2 param groups, PerStepLR was built for 1; build the "
+                                           "scheduler after adding every group"):
+        sched.step()
+    assert torch.equal(late, torch.ones(4, dtype=torch.float64)) and sched.rescale_count == 0
+
+
+def two_group_sgd(second_lr=0.05):
+    return torch.optim.SGD([{"params": [torch.nn.Parameter(torch.ones(2, dtype=torch.float64))]},
+                            {"params": [torch.nn.Parameter(torch.ones(2, dtype=torch.float64))], "lr": second_lr}],
+                           lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("saved, built, match", [
+    (lambda: PerStepLR(one_param_sgd(), LR), lambda: PerStepLR(two_group_sgd(), LR), r"param groups = 1, this .* 2"),
+    (lambda: PerStepLR(one_param_sgd(), LR), lambda: PerStepLR(one_param_sgd(), LR, rescale_above=1.0),
+     "rescale_above = None, this scheduler 1.0"),
+    (lambda: PerStepLR(two_group_sgd(0.05), LR), lambda: PerStepLR(two_group_sgd(0.2), LR),
+     r"lr ratios of the param groups = \[1.0, 0.5\], this scheduler \[1.0, 2.0\]"),
+    (lambda: PerStepLR(one_param_sgd(), LR), lambda: PerStepLR(one_param_sgd(), LR[:200]), "steps = 300, this .* 200"),
+    (lambda: PerStepLR(one_param_sgd(), SCHEDULE),
+     lambda: PerStepLR(one_param_sgd(momentum=0.5), dataclasses.replace(SCHEDULE, momentum=0.5)),
+     "momentum = 0.9, this scheduler 0.5"),
+])
+def test_load_state_dict_refuses_other_settings(saved, built, match):
+    """The constructor's settings stay: a state built otherwise is refused, naming the setting and both values."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, sched = saved().state_dict(), built()
+    before = sched.state_dict()
+    with pytest.raises(ValueError, match=match):
+        sched.load_state_dict(state)
+    assert sched.state_dict() == before
+
+
+def test_state_dict_holds_exactly_the_declared_keys():
+    _, opt, sched = fresh(rescale_above=0.105)
+    play(opt, sched, 120)
+    sched.some_new_attribute = 1  # a new attribute does not silently enter checkpoints
+    state = sched.state_dict()
+    assert list(state) == list(lr_scheduler._STATE_KEYS)
+    _, opt2, sched2 = fresh(rescale_above=0.105)
+    sched2.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert pickle.dumps(sched2.state_dict()) == pickle.dumps(state)  # bit-identical
+    with pytest.raises(ValueError, match=r"not a PerStepLR state: missing \['log2_rescale'\], unexpected \['x'\]"):
+        sched2.load_state_dict({**{k: v for k, v in state.items() if k != "log2_rescale"}, "x": 0})
+
+
+@pytest.mark.parametrize("lr, wd, match", [
+    ([0.1, True], 0.0, r"lr\[1\] = True \(bool\)"),
+    (["0.1", 0.2], 0.0, r"lr\[0\] = '0.1' \(str\)"),
+    ([0.1, None], 0.0, r"lr\[1\] = None \(NoneType\)"),
+    (np.array([True, True]), 0.0, r"lr\[0\] = True \(bool\)"),
+    (np.array(["0.1"]), 0.0, r"lr\[0\] = '0.1' \(str\)"),
+    ([0.1, 0.1], [0.0, "1e-4"], r"wd\[1\] = '1e-4' \(str\)"),
+    ([0.1, 0.1], False, r"wd = False \(bool\)"),
+])
+def test_learning_rates_and_weight_decays_must_be_real_numbers(lr, wd, match):
+    opt = one_param_sgd()
+    name = "wd" if "wd" in match else "lr"
+    rule = "finite real numbers > 0" if name == "lr" else "finite real numbers"
+    with pytest.raises(TypeError, match=f"{match} is not a real number: {name} must be {rule}"):
+        PerStepLR(opt, lr, wd)
+
+
+def test_from_schedule_names_the_types_it_accepts():
+    with pytest.raises(TypeError, match=r"an EquivalentSchedule or an object with per-step \.lr and \.wd; got list.*"
+                                        r"PerStepLR\(optimizer, lr, wd\)"):
+        PerStepLR.from_schedule(one_param_sgd(), [0.1] * 5)
+
+
+def test_a_long_plain_schedule_is_stored_compactly():
+    """10^6 steps: the stored schedule is one float64 array (8 bytes per step) and building it peaks at
+    about twice the input (the old per-step parts and their fingerprint copies took ~12x)."""
+    lr = np.full(10**6, 0.1)
+    opt = one_param_sgd()
+    tracemalloc.start()
+    try:
+        sched = PerStepLR(opt, lr, 5e-4)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    stored = sum(v.nbytes for v in vars(sched).values() if isinstance(v, np.ndarray))
+    assert stored == lr.nbytes and peak < 2.5 * lr.nbytes
+
+
+# ----------------------------------------------------------------------------- issue 24: torch conventions
+def test_last_epoch_resumes_like_torchs_lambda_lr():
+    """torch: a scheduler built with last_epoch=N needs 'initial_lr' in every group and moves to step N+1."""
+    lrs = LR * 10  # 1.0 at the start, so LambdaLR's base_lr · λ(k) is exact
+    opt, oracle_opt, stepped_opt = (one_param_sgd(lr=1.0, momentum=0.0) for _ in range(3))
+    with pytest.raises(KeyError, match="initial_lr"):
+        PerStepLR(opt, lrs, last_epoch=41)
+    for o in (opt, oracle_opt):
+        o.param_groups[0]["initial_lr"] = 1.0
+    sched = PerStepLR(opt, lrs, 5e-4, last_epoch=41)
+    oracle = torch.optim.lr_scheduler.LambdaLR(oracle_opt, lambda k: lrs[k], last_epoch=41)
+    stepped = PerStepLR(stepped_opt, lrs, 5e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(42):
+            stepped.step()
+    assert sched.last_epoch == oracle.last_epoch == stepped.last_epoch == 42
+    for _ in range(len(lrs) - 43):
+        assert sched.get_last_lr() == oracle.get_last_lr() == stepped.get_last_lr()
+        assert opt.param_groups[0]["weight_decay"] == 5e-4
+        for o, s in ((opt, sched), (oracle_opt, oracle), (stepped_opt, stepped)):
+            o.step()
+            s.step()
+
+
+def test_stepping_past_the_end_names_the_length_and_the_step():
+    opt = one_param_sgd()
+    sched = PerStepLR(opt, [0.1, 0.2])
+    for _ in range(2):
+        opt.step()
+        sched.step()
+    opt.step()
+    with pytest.raises(IndexError, match=r"the schedule has 2 steps.*step 3, past its end"):
+        sched.step()
+
+
+# ----------------------------------------------------------------------------- issue 22: no host read of a tensor lr
+def no_host_reads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tensor was read on the host")
+    for name in ("item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__format__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
+def test_a_tensor_lr_is_written_without_host_reads(monkeypatch):
+    """lr as a tensor (on an accelerator): step() writes it in place with fill_ and never reads it back,
+    rescaling included; the lr check of ChainedScheduler still sees another scheduler's writes."""
+    def tensor_sgd():
+        return torch.optim.SGD([torch.nn.Parameter(torch.ones(3, dtype=torch.float64))], momentum=0.9, foreach=False,
+                               lr=torch.tensor(0.1, dtype=torch.float64))
+    opt = tensor_sgd()
+    sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=0.105)
+    lr, seen = opt.param_groups[0]["lr"], []
+    with monkeypatch.context() as patch:
+        for _ in range(len(LR)):
+            opt.step()
+            no_host_reads(patch)
+            sched.step()
+            patch.undo()
+            seen.append(lr.item())
+    float_opt = one_param_sgd()
+    expected = play(float_opt, PerStepLR.from_schedule(float_opt, SCHEDULE, rescale_above=0.105), len(LR))[1:, 0, 0]
+    assert opt.param_groups[0]["lr"] is lr and sched.rescale_count > 0
+    np.testing.assert_array_equal(seen[:-1], expected)
+    opt = tensor_sgd()
+    chained = torch.optim.lr_scheduler.ChainedScheduler(
+        [PerStepLR.from_schedule(opt, SCHEDULE), torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)])
+    with pytest.raises(RuntimeError, match="cannot run in a ChainedScheduler"):
+        for _ in range(2):
+            opt.step()
+            chained.step()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_tensor_lr_steps_without_synchronising():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(3, device="cuda"))], lr=torch.tensor(0.1, device="cuda"),
+                          momentum=0.9, foreach=False)
+    sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=0.105)
+    for _ in range(len(LR)):
+        opt.step()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")  # a host read of a CUDA tensor now raises
+        try:
+            sched.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert sched.rescale_count > 0

@@ -39,9 +39,15 @@ a warm-up, say) it is supported: until it starts, the optimizer keeps its own we
 ``ChainedScheduler``, or with anything else changing the lr between two of its steps, it raises
 ``RuntimeError``: a multiplicative scheduler cannot be combined with absolute values.  A scheduler
 placed *after* it in ``SequentialLR`` would inherit its rescaled units and is not supported.
+
+**Host only.**  The schedule lives on the host in numpy arrays (lr, and wd if it varies: float64, 8 bytes a
+step; a schedule in log space adds their int64 exponents) and every step is computed in Python floats: a
+tensor lr (e.g. on CUDA) is written with ``fill_`` and read back only if something else wrote it, so
+stepping does not synchronise with the device.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import numbers
@@ -63,8 +69,9 @@ INVARIANT_KEY = "scale_invariant"
 #: optimizer's parameters are not scale invariant (an invariant network changes only through BN's eps).
 INVARIANCE_TOLERANCE = 1e-3
 
-# attributes that are not part of the scheduler's state (objects, or the schedule itself)
-_NOT_STATE = ("optimizer", "model", "on_rescale", "_parts", "_probe", "_probe_hook")
+#: ``state_dict()``'s keys: the progress, which ``load_state_dict`` restores, then the settings, which it checks.
+_PROGRESS_KEYS = ("last_epoch", "_step_count", "_last_lr", "_own_weight_decay", "log2_rescale", "rescale_count")
+_STATE_KEYS = _PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_above", "base_lrs")
 
 
 class PerStepLR(LRScheduler):
@@ -74,9 +81,10 @@ class PerStepLR(LRScheduler):
     ----------
     optimizer : any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
         ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
-    lr : (steps,) array of learning rates (finite, > 0), or an :class:`~explr.schedules.EquivalentSchedule`
-        (played from log space, ``wd`` omitted; its momentum must be the optimizer's).
-    wd : scalar or (steps,) array of weight decays (default 0; omitted with an ``EquivalentSchedule``);
+    lr : (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or an
+        :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
+        be the optimizer's).
+    wd : real number or (steps,) array of weight decays (default 0; omitted with an ``EquivalentSchedule``);
         negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
         ``torch.optim.SGD`` accepts once built.
     rescale_above : optional float > lr[0]; see the module docstring.  Without it, a learning rate that
@@ -86,11 +94,15 @@ class PerStepLR(LRScheduler):
         and warns if they differ by more than ``INVARIANCE_TOLERANCE`` (``check_invariance=False`` skips
         this, e.g. for models with dropout).
     on_rescale : optional callable ``on_rescale(c)``, called after every rescaling θ → cθ.
+    last_epoch : as torch's: −1 starts at step 0; N ≥ 0 needs ``'initial_lr'`` in every group and starts at
+        step N + 1, as if stepped N + 1 times but with R = 1 (``load_state_dict`` resumes exactly).
 
     ``step()`` is called once after every ``optimizer.step()``; after ``steps`` calls the schedule is used
-    up and a further call raises ``IndexError``.  ``state_dict()`` holds the position, ``log2_rescale`` and
-    a fingerprint of the schedule (not the schedule), so resuming needs the same schedule;
-    ``load_state_dict`` also writes the restored lr and weight decay into the optimizer.
+    up and a further call raises ``IndexError``.  The param groups are fixed at construction: ``step()``
+    refuses an optimizer with another number of them.  ``state_dict()`` holds ``_STATE_KEYS``: the position,
+    ``log2_rescale`` and the settings (the schedule's length, fingerprint and momentum, ``rescale_above``,
+    the groups' base lrs), not the schedule; ``load_state_dict`` refuses a state with other settings, and
+    writes the restored lr and weight decay into the optimizer.
     """
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
@@ -99,21 +111,28 @@ class PerStepLR(LRScheduler):
             if wd is not None:
                 raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
             _check_sgd_momentum(optimizer, lr.momentum)
-            self._parts = lr.parts()
+            self.momentum = lr.momentum
+            self._lr, e_lr, self._wd, e_wd = lr.parts()
+            self._exponents = (e_lr, e_wd)
         else:
-            self._parts = _plain_parts(lr, 0.0 if wd is None else wd)
+            self.momentum = None
+            self._lr, self._wd = _plain_arrays(lr, 0.0 if wd is None else wd)
+            self._exponents = None
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
                     f"rescale_above needs torch.optim.SGD; got {type(optimizer).__name__}: the equivalent "
                     "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
                     "state, and Adam-type updates are not homogeneous in θ)")
-            lr0 = math.ldexp(self._parts[0][0], int(self._parts[1][0]))
+            lr0 = math.ldexp(*self._parts_at(0)[:2])
             if not (isinstance(rescale_above, numbers.Real) and not isinstance(rescale_above, bool)
                     and math.isfinite(rescale_above) and rescale_above > lr0):
                 raise ValueError(f"rescale_above must be a finite number > lr[0] = {lr0:g}; got {rescale_above!r}")
-        if not float(optimizer.param_groups[0]["lr"]) > 0:
+        # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
+        bases = [float(g["initial_lr"] if "initial_lr" in g else g["lr"]) for g in optimizer.param_groups]
+        if not bases[0] > 0:
             raise ValueError("the first param group's lr must be > 0: every group keeps its lr ratio to it")
+        self._ratios = [base / bases[0] for base in bases]
         if on_rescale is not None and not callable(on_rescale):
             raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
         self.rescale_above = rescale_above
@@ -123,7 +142,10 @@ class PerStepLR(LRScheduler):
         self._probe, self._probe_hook = None, None
         if model is not None and rescale_above is not None and check_invariance:
             self._probe_hook = model.register_forward_pre_hook(self._keep_input)
-        self.fingerprint = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in self._parts)).hexdigest()[:16]
+        digest = hashlib.sha256()
+        for array in (self._lr, self._wd, *(self._exponents or ())):  # contiguous already: no copies
+            digest.update(np.ascontiguousarray(array))
+        self.fingerprint = digest.hexdigest()[:16]
         self._own_weight_decay = [g.get("weight_decay") for g in optimizer.param_groups]
         self._dtype_max = min((float(torch.finfo(p.dtype).max) for g in optimizer.param_groups
                                for p in g["params"] if p.is_floating_point()), default=math.inf)
@@ -132,14 +154,25 @@ class PerStepLR(LRScheduler):
     @classmethod
     def from_schedule(cls, optimizer, schedule, **kwargs) -> "PerStepLR":
         """Build from an ``EquivalentSchedule`` (played from log space) or any object with ``.lr``/``.wd``."""
-        if hasattr(schedule, "parts"):
+        if isinstance(schedule, EquivalentSchedule):
             return cls(optimizer, schedule, **kwargs)
+        if not (hasattr(schedule, "lr") and hasattr(schedule, "wd")):
+            raise TypeError(f"from_schedule takes an EquivalentSchedule or an object with per-step .lr and .wd; got "
+                            f"{type(schedule).__name__} (for plain arrays, use PerStepLR(optimizer, lr, wd))")
         return cls(optimizer, schedule.lr, schedule.wd, **kwargs)
 
     # ------------------------------------------------------------------ position and values
     @property
     def steps(self) -> int:
-        return len(self._parts[0])
+        return len(self._lr)
+
+    def _parts_at(self, k: int) -> tuple[float, int, float, int]:
+        """(m_lr, e_lr, m_wd, e_wd) of step k, lr_k = m_lr·2^e_lr and wd_k = m_wd·2^e_wd: stored for a schedule
+        in log space, ``math.frexp`` (exact) of plain values."""
+        lr, wd = float(self._lr[k]), float(self._wd[k] if isinstance(self._wd, np.ndarray) else self._wd)
+        if self._exponents is None:
+            return (*math.frexp(lr), *math.frexp(wd))
+        return lr, int(self._exponents[0][k]), wd, int(self._exponents[1][k])
 
     @property
     def last_epoch(self) -> int:
@@ -166,13 +199,12 @@ class PerStepLR(LRScheduler):
 
     def _lrs_at(self, k: int) -> list[float]:
         """Every group's lr at step k: ratio × lr_k × (R for scale-invariant groups)."""
-        m_lr, e_lr = self._parts[0][k], int(self._parts[1][k])
-        base0 = float(self.base_lrs[0])
+        m_lr, e_lr, _, _ = self._parts_at(k)
         lrs = []
-        for base, invariant in zip(self.base_lrs, self._invariant()):
+        for ratio, invariant in zip(self._ratios, self._invariant()):
             shift = self.log2_rescale if invariant else 0
             try:
-                lr = float(base) / base0 * math.ldexp(m_lr, e_lr + shift)
+                lr = ratio * math.ldexp(m_lr, e_lr + shift)
             except OverflowError:
                 lr = math.inf
             if not lr <= self._dtype_max:
@@ -191,18 +223,22 @@ class PerStepLR(LRScheduler):
     # ------------------------------------------------------------------ stepping
     def _update_lr(self, epoch=None) -> None:
         """One scheduler step (or a jump to ``epoch``, as ``SequentialLR`` does when it switches to this one)."""
-        if epoch is None and self.last_epoch >= 0:
+        if (groups := len(self.optimizer.param_groups)) != len(self._ratios):
+            raise RuntimeError(f"PerStepLR: the optimizer has {groups} param groups, PerStepLR was built for "
+                               f"{len(self._ratios)}; build the scheduler after adding every group")
+        if epoch is None and self.last_epoch >= 0 and not self._is_initial:
             self._check_lr_is_ours()
         k = self.last_epoch + 1 if epoch is None else int(epoch)
         if not 0 <= k <= self.steps:
-            raise IndexError(f"PerStepLR: the schedule has {self.steps} steps and step() was called more often"
-                             if k > self.steps else f"PerStepLR: step index {k} < 0")
+            raise IndexError(f"PerStepLR: the schedule has {self.steps} steps, so step() can follow its {self.steps} "
+                             f"optimizer steps; this one would move to step {k}, past its end" if k > 0 else
+                             f"PerStepLR: step index {k} < 0")
         position = min(k, self.steps - 1)
         if self.rescale_above is not None:
             self._rescale_if_above(position)
         lrs = self._lrs_at(position)
         self.last_epoch = k
-        m_wd, e_wd = self._parts[2][position], int(self._parts[3][position])
+        _, _, m_wd, e_wd = self._parts_at(position)
         wd = math.ldexp(m_wd, e_wd - self.log2_rescale)
         for group, lr, invariant in zip(self.optimizer.param_groups, lrs, self._invariant()):
             if isinstance(group["lr"], torch.Tensor):
@@ -213,20 +249,31 @@ class PerStepLR(LRScheduler):
                 group["weight_decay"] = wd
         self._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
                          for g in self.optimizer.param_groups]
+        self._written = [(g["lr"], g["lr"]._version) if isinstance(g["lr"], torch.Tensor) else (None, None)
+                         for g in self.optimizer.param_groups]
 
     def _check_lr_is_ours(self) -> None:
-        for i, (group, ours) in enumerate(zip(self.optimizer.param_groups, self._last_lr)):
+        """Refuse an lr changed since the last step.  A tensor lr that is the one written then, with the same
+        version counter (no in-place write since), is not read: the host compares values only after a change."""
+        for i, (group, ours, (tensor, version)) in enumerate(
+                zip(self.optimizer.param_groups, self._last_lr, self._written)):
+            if group["lr"] is tensor and tensor._version == version:
+                continue
             if float(group["lr"]) != float(ours):
                 raise RuntimeError(
                     f"PerStepLR: the lr of param group {i} was changed to {float(group['lr']):g} since PerStepLR set "
                     f"it to {float(ours):g}. PerStepLR writes absolute per-step values, so it cannot run in a "
-                    "ChainedScheduler or next to manual lr changes; use SequentialLR to run schedulers one after another")
+                    "ChainedScheduler or next to manual lr changes; use SequentialLR to run schedulers one after "
+                    "another")
 
     def _rescale_if_above(self, k: int) -> None:
-        log2_lr = math.log2(self._parts[0][k]) + int(self._parts[1][k]) + self.log2_rescale
+        log2_lr = self._log2_lr(k) + self.log2_rescale
         if log2_lr > math.log2(self.rescale_above):
-            log2_lr0 = math.log2(self._parts[0][0]) + int(self._parts[1][0])
-            self._apply_rescaling(math.ceil((log2_lr - log2_lr0) / 2))
+            self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
+
+    def _log2_lr(self, k: int) -> float:
+        m_lr, e_lr, _, _ = self._parts_at(k)
+        return math.log2(m_lr) + e_lr
 
     @torch.no_grad()
     def _apply_rescaling(self, j: int) -> None:
@@ -296,38 +343,76 @@ class PerStepLR(LRScheduler):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        state = {key: value for key, value in self.__dict__.items() if key not in _NOT_STATE}
-        state["last_epoch"] = state.pop("_last_epoch")
-        return state
+        """Exactly ``_STATE_KEYS`` (lists copied): a new attribute never enters checkpoints by itself."""
+        return {key: copy.copy(getattr(self, key)) for key in _STATE_KEYS}
+
+    @staticmethod
+    def _trajectory(state: dict) -> dict:
+        """The settings of a state that define the trajectory (the groups' lrs enter only through their ratios)."""
+        bases = [float(base) for base in state["base_lrs"]]
+        return {"steps": state["steps"], "fingerprint": state["fingerprint"], "momentum": state["momentum"],
+                "rescale_above": state["rescale_above"], "param groups": len(bases),
+                "lr ratios of the param groups": [base / bases[0] for base in bases]}
 
     def load_state_dict(self, state_dict) -> None:
-        if state_dict.get("fingerprint") != self.fingerprint:
-            raise ValueError(
-                "PerStepLR.load_state_dict: the saved state belongs to a different schedule "
-                f"(fingerprint {state_dict.get('fingerprint')} != {self.fingerprint}); build the scheduler "
-                "with the same schedule before resuming")
-        state = dict(state_dict)
-        last_epoch = state.pop("last_epoch")
-        self.__dict__.update(state)
-        self._last_epoch = last_epoch
-        if last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
-            self._update_lr(last_epoch)
+        """Restore the position and the rescaling; refuse a state whose settings differ from this scheduler's."""
+        keys, ours = set(state_dict), set(_STATE_KEYS)
+        if keys != ours:
+            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {sorted(ours - keys)}, "
+                             f"unexpected {sorted(keys - ours)}")
+        saved, ours = self._trajectory(state_dict), self._trajectory(self.state_dict())
+        for name, value in ours.items():
+            if saved[name] != value:
+                raise ValueError(
+                    f"PerStepLR.load_state_dict: the saved state has {name} = {saved[name]!r}, this scheduler "
+                    f"{value!r}: it belongs to a different schedule or setup; build the scheduler as the saved "
+                    "one was built before resuming")
+        for key in _PROGRESS_KEYS[1:]:
+            setattr(self, key, copy.copy(state_dict[key]))
+        self._last_epoch = state_dict["last_epoch"]
+        if self._last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
+            self._update_lr(self._last_epoch)
 
 
-def _plain_parts(lr, wd):
-    """(m_lr, e_lr, m_wd, e_wd) of plain per-step arrays: ``np.frexp``, exact."""
-    lr = np.asarray(lr, dtype=np.float64)
-    if lr.ndim != 1 or len(lr) == 0 or not np.all(np.isfinite(lr)) or np.any(lr <= 0):
-        raise ValueError("lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule)")
-    wd = np.asarray(wd, dtype=np.float64)
+def _plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
+    """Checked float64 copies: lr a (steps,) array, wd a float or a (steps,) array."""
+    lr, wd = _real_array("lr", lr), _real_array("wd", wd)
+    if lr.ndim != 1 or len(lr) == 0:
+        raise ValueError(f"lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule); got "
+                         f"shape {lr.shape}")
     if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
         raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
-    wd = np.broadcast_to(wd, lr.shape)
-    if not np.all(np.isfinite(wd)):
-        raise ValueError("wd must be finite at every step")
-    m_lr, e_lr = np.frexp(lr)
-    m_wd, e_wd = np.frexp(wd)
-    return m_lr, e_lr.astype(np.int64), m_wd, e_wd.astype(np.int64)
+    for name, values in (("lr", lr), ("wd", np.atleast_1d(wd))):
+        bad = ~np.isfinite(values) | ((values <= 0) if name == "lr" else False)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"{name} must be {_RULES[name]} at every step; {name}[{k}] = {float(values[k])!r}")
+    return lr, float(wd) if wd.ndim == 0 else wd
+
+
+_RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
+
+
+def _real_array(name: str, value) -> np.ndarray:
+    """``value`` as a new float64 array; anything but real numbers (bools, strings, None) raises ``TypeError``
+    naming the first one.  Lists and tuples are checked item by item (``np.asarray`` would turn True into 1.0),
+    arrays, tensors and scalars by their dtype."""
+    if isinstance(value, (list, tuple)):
+        items = value
+    else:
+        value = np.asarray(value)
+        items = None if value.dtype.kind in "fiu" else value.ravel()
+    if items is not None and not all(map(_is_real_type, set(map(type, items)))):
+        k, x = next((k, x) for k, x in enumerate(items) if not _is_real_type(type(x)))
+        x = x.item() if isinstance(x, np.generic) else x
+        where = f"{name}[{k}]" if np.ndim(value) else name
+        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[name]} "
+                        "(floats or ints; not bools or strings)")
+    return np.array(value, dtype=np.float64)
+
+
+def _is_real_type(t: type) -> bool:
+    return issubclass(t, numbers.Real) and not issubclass(t, (bool, np.bool_))
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:
