@@ -1,11 +1,12 @@
 """Atomic file writes for run folders and the data cache: a reader never sees a torn file.
 
-A file is written to ``.<name>.<random>.tmp`` in the same folder, flushed, fsync'ed and renamed over
+A file is written to ``.<name>.<pid>.<random>.tmp`` in the same folder, flushed, fsync'ed and renamed over
 the target (``os.replace`` is atomic on POSIX).  The temporary file gets the mode an ordinary
 ``open(..., "w")`` would give (``0o666`` minus the umask), not ``mkstemp``'s private ``0600``, so
 run files and caches are as readable as anything else the user writes.  A process killed between
 the two steps (SIGKILL) leaves the ``.tmp`` file behind: :func:`remove_leftovers` clears them when
-the folder is next used.
+a folder only one process writes (a locked run folder) is next used, and :func:`remove_stale_leftovers`
+those whose writer is gone in a folder several processes may write at once (the data cache).
 """
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["atomic_write", "write_json", "remove_leftovers", "default_file_mode"]
+__all__ = ["atomic_write", "write_json", "remove_leftovers", "remove_stale_leftovers", "default_file_mode"]
 
 TMP_SUFFIX = ".tmp"
+#: a temporary file untouched for this long is stale even if a process with its writer's pid is alive
+#: (the pid was reused, or the file was written on another machine sharing the folder).
+STALE_AFTER_S = 3600
 
 
 def default_file_mode() -> int:
@@ -30,7 +35,7 @@ def default_file_mode() -> int:
 def atomic_write(path, write) -> None:
     """Call ``write(f)`` on a binary file object that becomes ``path`` only once it is complete."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX)
     try:
         os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as f:
@@ -55,4 +60,39 @@ def remove_leftovers(folder) -> list[str]:
         if p.is_file():
             p.unlink(missing_ok=True)
             removed.append(p.name)
+    return removed
+
+
+def _writer_pid(name: str) -> int | None:
+    """The pid in the temporary file name ``.<target>.<pid>.<random>.tmp``; None for a name without one."""
+    parts = name.removesuffix(TMP_SUFFIX).rsplit(".", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_leftovers(folder) -> list[str]:
+    """Delete the temporary files in ``folder`` whose writer is gone; returns their names.
+
+    For a folder several processes may write at once: a temporary file is removed when no process with
+    the pid in its name is alive, or when it has not been modified for :data:`STALE_AFTER_S` seconds
+    (the only rule for names without a pid, which older versions wrote).
+    Files that vanish or cannot be removed meanwhile are left to the next call.
+    """
+    now, removed = time.time(), []
+    for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            pid = _writer_pid(p.name)
+            if p.is_file() and ((pid is not None and not _alive(pid)) or now - p.stat().st_mtime > STALE_AFTER_S):
+                p.unlink()
+                removed.append(p.name)
     return removed
