@@ -2,14 +2,21 @@
 import functools
 import hashlib
 import http.server
+import io
+import os
 import pickle
+import sys
 import tarfile
 import threading
+import types
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from explr.cifar10 import data as data_module
 from explr.cifar10.data import (
     CifarArrays,
     DataError,
@@ -102,7 +109,8 @@ def test_missing_or_bad_data_says_what_was_expected(tmp_path, small):
         "x_test must be uint8 of shape \\(N, 32, 32, 3\\)": {**arrays, "x_test": arrays["x_test"][:, :16]},
         "labels in 0..9": {**arrays, "y_train": arrays["y_train"] + 5},
         "y_test must be integer labels": {**arrays, "y_test": arrays["y_test"][:-1]},
-        "need pickle to load, which is refused": {**arrays, "y_train": np.array([object()] * 60)},
+        "the array y_train \\(object\\) would need pickle to load, which is refused":
+            {**arrays, "y_train": np.array([object()] * 60)},
     }
     for message, content in cases.items():
         path = tmp_path / "bad.npz"
@@ -203,3 +211,77 @@ def test_sampler_and_generator_reject_bad_input(small):
     with pytest.raises(ValueError, match="n_train"):
         make_synthetic(n_train=0)
     assert isinstance(make_synthetic(20, 10), CifarArrays)
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 23)
+def test_constant_channels_are_refused_exactly(small):
+    """Item 5: every pixel 7 passed (std 4e-8 from E[x²]−E[x]² rounding); so did one constant channel."""
+    seven = CifarArrays(np.full_like(small.x_train, 7), small.y_train, small.x_test, small.y_test, "s", "test")
+    with pytest.raises(DataError, match="constant .*channel 0 is 7 everywhere, channel 1 is 7 everywhere"):
+        seven.channel_stats  # noqa: B018
+    x = small.x_train.copy()
+    x[..., 2] = 200
+    with pytest.raises(DataError, match=r"constant \(channel 2 is 200 everywhere\)"):
+        CifarArrays(x, small.y_train, small.x_test, small.y_test, "s", "test").channel_stats  # noqa: B018
+    x[0, 0, 0, 2] = 201  # one pixel differs: a real (tiny) spread
+    assert CifarArrays(x, small.y_train, small.x_test, small.y_test, "s", "test").channel_stats[1][2] > 0
+
+
+def npz_with_headers(path, small, headers: dict):
+    """A .npz whose arrays are ``small``'s, except those in ``headers``: name → raw .npy bytes (a header, no data)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for key in ("x_train", "y_train", "x_test", "y_test"):
+            if key in headers:
+                zf.writestr(f"{key}.npy", headers[key])
+            else:
+                buf = io.BytesIO()
+                np.save(buf, getattr(small, key))
+                zf.writestr(f"{key}.npy", buf.getvalue())
+    return path
+
+
+def test_declared_sizes_are_checked_against_memory_before_allocating(tmp_path, small, monkeypatch):
+    """Item 13: a header declaring (10⁹, 32, 32, 3) gave "Unable to allocate 2.79 TiB"."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_2_0(header, {"descr": "|u1", "fortran_order": False,
+                                                  "shape": (10**9, 32, 32, 3)})
+    path = npz_with_headers(tmp_path / "huge.npz", small, {"x_train": header.getvalue()})
+    monkeypatch.setattr(data_module, "_available_memory", lambda: 8 << 30)
+    with pytest.raises(DataError, match=r"huge\.npz: the array x_train declares shape \(1000000000, 32, 32, 3\) "
+                                        r"uint8, 2\.79 TiB: more than the 8 GiB of memory available"):
+        load_npz(path)
+    monkeypatch.setattr(data_module, "_available_memory", lambda: 200_000)  # x_train fits, x_test no more
+    with pytest.raises(DataError, match=r"the array x_test declares shape \(20, 32, 32, 3\) uint8, 60 KiB; 240 KiB "
+                                        r"with the arrays before it: more than the 195 KiB of memory available"):
+        load_npz(write_npz(tmp_path / "small.npz", small))
+
+
+def test_a_corrupt_npy_header_is_named_as_such(tmp_path, small):
+    """Item 20: a corrupt .npy header read "holds arrays that need pickle to load"."""
+    path = npz_with_headers(tmp_path / "bad.npz", small, {"y_test": b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage"})
+    with pytest.raises(DataError, match=r"bad\.npz: the header of the array y_test is corrupt or unreadable"):
+        load_npz(path)
+
+
+def test_a_failed_download_leaves_no_folder(tmp_path, monkeypatch):
+    """Item 21: `--data auto` offline left an empty data/ folder (torchvision's download_url creates it)."""
+    fake = types.ModuleType("torchvision.datasets.utils")
+
+    def offline(url, root, filename, md5):
+        os.makedirs(root, exist_ok=True)
+        (Path(root) / filename).write_bytes(b"partial")
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    fake.download_url = offline
+    monkeypatch.setitem(sys.modules, "torchvision.datasets.utils", fake)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(DataError, match="could not download CIFAR-10 .*name resolution"):
+        load_cifar10("auto", root=tmp_path / "kept" / "new" / "data")
+    assert list(tmp_path.iterdir()) == [tmp_path / "kept"] and not list((tmp_path / "kept").iterdir())
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_for_every_source(tmp_path, small):
+    """Item 21: the batch-size check is part of loading (the CLI passes --batch-size)."""
+    with pytest.raises(DataError, match=r"batch_size \(--batch-size\) 61 exceeds the 60 training images of c\.npz"):
+        load_cifar10(str(write_npz(tmp_path / "c.npz", small)), batch_size=61)
+    assert len(load_cifar10(str(tmp_path / "c.npz"), batch_size=60).y_train) == 60

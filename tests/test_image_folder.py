@@ -2,17 +2,24 @@
 
 Every tree here is generated in a temporary folder; nothing needs the shared CIFAR-10 files.
 """
+import errno
 import io
 import json
+import os
+import signal
+import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+import zlib
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from explr.cifar10 import data as data_module
 from explr.cifar10.data import CLASSES, DataError, load_cifar10, load_image_folder, make_synthetic, write_image_folder
 
 
@@ -139,3 +146,240 @@ def test_cli_trains_on_a_tarball_and_records_it_by_name(tmp_path, small):
     manifest = json.loads((out / "step" / "seed0" / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["data"]["kind"] == "image-folder-tar"
     assert manifest["data"]["source"] == "tiny.tar.gz" and str(tmp_path) not in json.dumps(manifest)
+
+
+# ----------------------------------------------------------------------------- hostile trees and archives (issue 23)
+@pytest.fixture()
+def deadline():
+    """Fail a test that blocks (a FIFO read) after 5 s instead of hanging the suite."""
+    def expired(signum, frame):
+        raise TimeoutError("blocked for 5 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(5)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _tar(path, tree, extra=()):
+    """A .tar.gz of ``tree`` (under its folder name) plus ``extra`` members: (name, bytes or TarInfo)."""
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+        for name, content in extra:
+            info = content if isinstance(content, tarfile.TarInfo) else tarfile.TarInfo(name)
+            info.name = name
+            if isinstance(content, bytes):
+                info.size = len(content)
+            tar.addfile(info, io.BytesIO(content) if isinstance(content, bytes) else None)
+    return path
+
+
+def _no_decoding(monkeypatch):
+    def decode(name, raw):
+        raise AssertionError(f"{name} was decoded")
+    monkeypatch.setattr(data_module, "_decode_image", decode)
+
+
+def test_constant_images_are_refused_before_the_cache_is_written(tmp_path):
+    """Item 5: every pixel 7 gave exit 0 (std 4e-8 from E[x²]−E[x]² rounding passed the std > 0 test)."""
+    seven = {"x_train": np.full((20, 32, 32, 3), 7, np.uint8), "y_train": np.arange(20) % 10,
+             "x_test": np.full((10, 32, 32, 3), 7, np.uint8), "y_test": np.arange(10)}
+    tree = write_image_folder(tmp_path / "seven", seven)
+    with pytest.raises(DataError, match="constant .*channel 0 is 7 everywhere"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_fifo_in_the_tree_is_refused_not_read(tree, deadline):
+    """Item 6: reading a FIFO named like an image blocked forever."""
+    os.mkfifo(tree / "train" / "cat" / "f.png")
+    with pytest.raises(DataError, match=r"cifar: train/cat/f\.png: not a regular file \(a FIFO\)"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+@pytest.mark.parametrize("target", ["outside.png", "/dev/zero"])
+def test_links_that_leave_the_tree_are_refused(tree, tmp_path, target):
+    """Item 6: links were followed wherever they led (to /dev/zero: read until MemoryError)."""
+    if target == "outside.png":
+        (tmp_path / target).write_bytes(_png())
+        target = tmp_path / target
+    (tree / "train" / "cat" / "z.png").symlink_to(target)
+    with pytest.raises(DataError, match=r"train/cat/z\.png: a symbolic link to .*, outside the tree"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_links_inside_the_tree_are_followed(tree, small):
+    """Item 6/20: a linked image and a linked class folder that stay inside the tree are read through the link."""
+    (tree / "store").mkdir()
+    (tree / "train" / "cat").rename(tree / "store" / "cat")
+    (tree / "train" / "cat").symlink_to(tree / "store" / "cat")  # before: "train/cat/: empty class folder"
+    first = sorted((tree / "test" / "dog").iterdir())[0]
+    (tree / "test" / "dog" / "link.png").symlink_to(first)
+    got = load_image_folder(tree, cache_dir=None, progress=False)
+    assert len(got.y_train) == 40 and len(got.y_test) == 21
+
+
+def test_a_class_folder_linked_outside_the_tree_is_named(tree, tmp_path):
+    """Item 20: a linked class folder read "empty class folder"."""
+    (tree / "train" / "cat").rename(tmp_path / "elsewhere")
+    (tree / "train" / "cat").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"train/cat: a symbolic link to .*elsewhere, outside the tree"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_an_oversized_file_is_refused_without_reading_it(tree):
+    """Item 6: each file is bounded (a 32×32 image file is a few KiB); a sparse 2 MiB file is not read."""
+    with open(tree / "train" / "cat" / "big.png", "wb") as f:
+        f.truncate(2 << 20)
+    with pytest.raises(DataError, match=r"train/cat/big\.png: 2 MiB, larger than a 32×32 image file can be"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_a_tar_is_streamed_and_ignored_members_are_never_read(tree, tmp_path, monkeypatch):
+    """Item 7: every member was read into memory, a 1 GiB README included; now only image members are read."""
+    src = _tar(tmp_path / "t.tar.gz", tree, [("cifar/README", bytes(3 << 20)), ("cifar/train/.hidden.png", b"x")])
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    got = load_image_folder(src, cache_dir=None, progress=False)
+    assert len(got.y_train) == 40
+    assert len(read) == 60 and all(name.endswith(".png") and "/." not in name for name in read)
+
+
+def test_an_oversized_tar_member_is_refused_by_its_header(tree, tmp_path, monkeypatch):
+    """Item 7: an image member larger than the bound is named from its header, never read."""
+    src = _tar(tmp_path / "t.tar.gz", tree, [("cifar/train/cat/big.png", bytes(2 << 20))])
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    with pytest.raises(DataError, match=r"t\.tar\.gz: cifar/train/cat/big\.png: 2 MiB, larger than"):
+        load_image_folder(src, cache_dir=None, progress=False)
+    assert "cifar/train/cat/big.png" not in read
+
+
+def _png_header(width, height):
+    """A PNG signature and IHDR declaring ``width``×``height`` RGB, and no pixels."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + \
+        chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("side", [10_000, 20_000])
+def test_a_decompression_bomb_header_is_one_line_naming_the_file(tree, side):
+    """Item 8: 20000×20000 raised PIL's DecompressionBombError traceback."""
+    (tree / "train" / "cat" / "bomb.png").write_bytes(_png_header(side, side))
+    with pytest.raises(DataError, match=r"train/cat/bomb\.png: .*expected 32×32") as err:
+        load_image_folder(tree, cache_dir=None, progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_duplicate_tar_members_are_one_line_naming_the_member(tree, tmp_path):
+    """Item 9: members x and ./x crashed sorting (TypeError: '<' not supported between 'function' and 'function')."""
+    first = sorted((tree / "train" / "cat").iterdir())[0]
+    src = tmp_path / "dup.tar"
+    with tarfile.open(src, "w") as tar:
+        tar.add(tree, arcname="cifar")
+        tar.add(first, arcname=f"./cifar/train/cat/{first.name}")
+    with pytest.raises(DataError, match=rf"holds 'cifar/train/cat/{first.name}' and './cifar/train/cat/{first.name}'"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def test_a_truncated_cache_is_rebuilt_with_a_notice(tmp_path, small, capsys):
+    """Item 16: a truncated cache .npz raised BadZipFile on every later run."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    (npz,) = cache.glob("image-folder-*.npz")
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "truncated or damaged" in capsys.readouterr().err
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert capsys.readouterr().err == "", "rebuilt: the third load reads the cache silently"
+
+
+def test_a_cache_holding_other_arrays_is_rebuilt_with_a_notice(tmp_path, small, capsys):
+    """Item 16: a cache replaced by other valid arrays was used silently (n_train 320 instead of 201)."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    load_image_folder(src, cache_dir=cache, progress=False)
+    (npz,) = cache.glob("image-folder-*.npz")
+    other = make_synthetic(n_train=32, n_test=10, seed=9)
+    np.savez(npz, **{k: getattr(other, k) for k in ("x_train", "y_train", "x_test", "y_test")})
+    assert len(load_image_folder(src, cache_dir=cache, progress=False).y_train) == 40
+    assert "rebuilding the cache from c.tar.gz" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_folder_is_refused_before_decoding(tree, tmp_path, monkeypatch):
+    """Item 16: a read-only --data-root gave an OSError traceback after a full decode."""
+    _no_decoding(monkeypatch)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DataError, match=r"--data-root: .*afile is a file, not a folder"):
+        load_image_folder(tree, cache_dir=tmp_path / "afile" / "cache", progress=False)
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)  # as root, a chmod would not stop the writes
+    with pytest.raises(DataError, match=r"--data-root: cannot write the decode cache in .*Read-only file system"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_no_temp_file(tree, tmp_path, monkeypatch):
+    """Item 16: ENOSPC while writing the cache was an OSError traceback."""
+    def full(f, **arrays):
+        f.write(b"half a cache")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(DataError, match=r"disk full while writing the cache at .*; free space or choose another "
+                                        r"--data-root"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_stale_temp_files_of_the_cache_are_removed(tree, tmp_path):
+    """Item 16: a kill -9 during the cache write left .image-folder-*.npz.*.tmp behind forever."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = cache / ".image-folder-a.npz.999999999.k2j4.tmp"  # no such pid
+    alive = cache / f".image-folder-b.npz.{os.getpid()}.x8_q.tmp"  # a writer still at work
+    old = cache / ".image-folder-c.npz.q1w2e3.tmp"  # an older name without pid, untouched for 2 hours
+    fresh = cache / ".image-folder-d.npz.r4t5y6.tmp"
+    for p in (dead, alive, old, fresh):
+        p.write_bytes(b"half a cache")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    load_image_folder(tree, cache_dir=cache, progress=False)
+    assert not dead.exists() and not old.exists() and alive.exists() and fresh.exists()
+
+
+def test_a_non_utf8_file_name_is_named(tree):
+    """Item 20: a file name that is not UTF-8 was not named (UnicodeEncodeError)."""
+    with open(os.path.join(os.fsencode(tree / "train" / "cat"), b"\xff.png"), "wb") as f:
+        f.write(b"not a png")
+    with pytest.raises(DataError, match=r"train/cat/\\xff\.png: not a readable PNG") as err:
+        load_image_folder(tree, cache_dir=None, progress=False)
+    str(err.value).encode("utf-8")  # printable
+
+
+def test_appledouble_entries_beside_the_tree_in_an_archive_are_ignored(tree, tmp_path):
+    """Item 20: an AppleDouble ._cifar entry beside the tree read "the train/ split is missing"."""
+    src = _tar(tmp_path / "mac.tar.gz", tree, [("._cifar", b"\0\5\26\7"), (".DS_Store", b"\0")])
+    assert len(load_image_folder(src, cache_dir=None, progress=False).y_train) == 40
+
+
+def test_an_archive_that_is_not_gzip_is_one_line(tmp_path):
+    """Item 20: a .tar.gz that is not gzip got a 5-line message (one line per compression tried)."""
+    src = tmp_path / "bad.tar.gz"
+    src.write_bytes(b"hello\nworld\n" * 100)
+    with pytest.raises(DataError, match="bad.tar.gz: not a readable tar archive") as err:
+        load_image_folder(src, cache_dir=None, progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_a_batch_larger_than_the_tree_is_refused_before_decoding_or_caching(tree, tmp_path, monkeypatch):
+    """Item 21: a refused oversized batch still wrote a cache (the check came after the decode)."""
+    _no_decoding(monkeypatch)
+    with pytest.raises(DataError, match=r"batch_size \(--batch-size\) 41 exceeds the 40 training images of cifar"):
+        load_cifar10(str(tree), root=tmp_path / "root", progress=False, batch_size=41)
+    assert not (tmp_path / "root").exists()

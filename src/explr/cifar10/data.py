@@ -8,13 +8,19 @@ Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
   *before* it is unpickled, and the unpickler only accepts the few numpy globals an array needs.
 * a directory holding ``cifar-10-batches-py/`` or the batch files themselves (same checks);
 * a ``.npz`` file with ``x_train, y_train, x_test, y_test`` (images uint8 ``(N, 32, 32, 3)`` HWC RGB,
-  labels integers in 0..9), read with ``np.load(allow_pickle=False)``;
+  labels integers in 0..9), read with ``np.load(allow_pickle=False)`` after every ``.npy`` header has
+  been checked (readable, no pickle, the declared sizes within the memory available);
 * an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 RGB PNG or JPEG files, class
   folders named after CIFAR-10's classes, labels in sorted class-name order), or a ``.tar``, ``.tar.gz``
-  or ``.tgz`` holding one (at its top level or under one folder).  It is decoded once with Pillow and
-  the uint8 arrays are cached in ``<data_root>/cache/`` under the source's sha256, so later runs load
-  in about a second;
+  or ``.tgz`` holding one (at its top level or under one folder; the archive is streamed, and only its
+  image members are read).  Only regular files of at most :data:`MAX_IMAGE_BYTES` are read, and links
+  only where they stay inside the tree.  It is decoded once with Pillow and the uint8 arrays are cached
+  in ``<data_root>/cache/`` under the source's sha256 (with the checksum of the arrays, verified on
+  load; a damaged or mismatched cache is rebuilt), so later runs load in about a second;
 * ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
+
+Bad data is one :class:`DataError` line (a ``ValueError``: the CLI prints it and exits with code 2)
+naming the file, tar member or array, and nothing is created.
 
 :class:`DeviceData` keeps the whole dataset on the training device as uint8 and produces normalised,
 augmented batches there (random 32×32 crop of the zero-padded 40×40 image, horizontal flip with
@@ -24,12 +30,21 @@ from ``(seed, e)`` alone, so a run is reproducible across devices and resumes ex
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import hashlib
 import io
+import lzma
+import math
 import os
 import pickle
+import posixpath
+import stat
 import sys
 import tarfile
+import tempfile
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -39,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import atomic_write
+from .files import atomic_write, remove_stale_leftovers
 
 __all__ = [
     "CLASSES",
@@ -116,9 +131,15 @@ class CifarArrays:
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-channel mean and standard deviation of the training images in [0, 1] units (for normalisation).
 
-        Raises :class:`DataError` if a channel is constant (std 0): nothing to learn from it, and
-        normalising would divide by zero.
+        Raises :class:`DataError` if a channel is constant (its largest uint8 value is its smallest: exact,
+        where a spread computed in floating point is rounding noise): nothing to learn from it, and
+        normalising would divide by (almost) zero.
         """
+        lo, hi = self.x_train.min(axis=(0, 1, 2)), self.x_train.max(axis=(0, 1, 2))
+        if np.any(lo == hi):
+            constant = ", ".join(f"channel {c} is {lo[c]} everywhere" for c in np.flatnonzero(lo == hi))
+            raise DataError(f"{self.source}: the training images are constant ({constant}): nothing to learn, and "
+                            f"normalising would divide by zero. {HOW_TO_GET}")
         flat = self.x_train.reshape(-1, self.x_train.shape[-1])
         sums, sq = np.zeros(flat.shape[1]), np.zeros(flat.shape[1])
         for chunk in np.array_split(flat, max(1, len(flat) // 4_000_000)):
@@ -126,12 +147,7 @@ class CifarArrays:
             sums += c64.sum(0)
             sq += np.square(c64).sum(0)
         mean = sums / len(flat)
-        std = np.sqrt(np.maximum(sq / len(flat) - mean**2, 0.0))
-        if not np.all(std > 0):
-            constant = [int(c) for c in np.flatnonzero(~(std > 0))]
-            raise DataError(f"{self.source}: the training images are constant in channel(s) {constant} (std 0): "
-                            f"nothing to learn, and normalising would divide by zero. {HOW_TO_GET}")
-        return mean, std
+        return mean, np.sqrt(np.maximum(sq / len(flat) - mean**2, 0.0))
 
     def describe(self) -> dict:
         """JSON-able summary for a run's manifest."""
@@ -163,6 +179,43 @@ def _file_hash(path, algorithm="md5") -> str:
     return h.hexdigest()
 
 
+def _shown(name) -> str:
+    """A file or member name as it can be printed: bytes that are not UTF-8 (kept by ``surrogateescape``) as ``\\xNN``."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception's text on one line (tarfile's "could not be opened" lists one line per compression)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a message: ``2.79 TiB``."""
+    value, unit = float(n), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.3g} {unit}"
+
+
+def _available_memory() -> int:
+    """Bytes of memory that can be allocated now: psutil's ``available`` if psutil is installed, else
+    ``MemAvailable`` of ``/proc/meminfo``, else the physical memory."""
+    try:
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.virtual_memory().available)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 # ----------------------------------------------------------------------------- validation
 def _check_split(name: str, x, y, source: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(x), np.asarray(y)
@@ -182,29 +235,70 @@ def _check_split(name: str, x, y, source: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------- .npz
+def _npy_header(path: Path, zf: zipfile.ZipFile, key: str) -> tuple[tuple, np.dtype]:
+    """Shape and dtype that the array ``key`` of a ``.npz`` declares, from its ``.npy`` header alone (nothing allocated)."""
+    from numpy.lib import format as npy
+
+    try:
+        with zf.open(f"{key}.npy") as fp:
+            version = npy.read_magic(fp)
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, _, dtype = read_header(fp)
+    except Exception as err:  # noqa: BLE001  (numpy's header parser raises ValueError, SyntaxError, TokenError...)
+        raise DataError(f"{path}: the header of the array {key} is corrupt or unreadable ({_one_line(err)})") from None
+    return shape, dtype
+
+
+def _check_fits_in_memory(path: Path, headers: dict) -> None:
+    """Refuse a ``.npz`` whose arrays, as their headers declare them, need more than the memory available."""
+    available, total = _available_memory(), 0
+    for key, (shape, dtype) in headers.items():
+        size = math.prod(shape) * dtype.itemsize
+        total += size
+        if total > available:
+            with_before = f"; {_size(total)} with the arrays before it" if total > size else ""
+            raise DataError(f"{path}: the array {key} declares shape {shape} {dtype}, {_size(size)}{with_before}: "
+                            f"more than the {_size(available)} of memory available")
+
+
+def _read_npz(path: Path, keys) -> dict:
+    """The arrays ``keys`` of the ``.npz`` at ``path``; a :class:`DataError` line when it is not one, lacks one,
+    is damaged, needs pickle or is too large for the memory.
+
+    Every ``.npy`` header is read and checked before anything is allocated; the data is then read with
+    ``np.load(allow_pickle=False)``.
+    """
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            raise DataError(f"{path}: not a readable .npz file (not a zip archive)")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            held = sorted(n.removesuffix(".npy") for n in zf.namelist())
+            missing = [k for k in keys if k not in held]
+            if missing:
+                raise DataError(f"{path}: the .npz lacks {missing}; expected the arrays {list(keys)} (it holds {held})")
+            headers = {k: _npy_header(path, zf, k) for k in keys}
+        for key, (_, dtype) in headers.items():
+            if dtype.hasobject:
+                raise DataError(f"{path}: the array {key} ({dtype}) would need pickle to load, which is refused")
+        _check_fits_in_memory(path, headers)
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in keys}
+    except DataError:
+        raise
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as err:
+        raise DataError(f"{path}: not a readable .npz file, truncated or damaged ({_one_line(err)})") from None
+
+
 def load_npz(path) -> CifarArrays:
-    """Read ``x_train, y_train, x_test, y_test`` from a ``.npz`` (no pickles: ``allow_pickle=False``)."""
+    """Read ``x_train, y_train, x_test, y_test`` from a ``.npz`` (:func:`_read_npz`: headers checked first, no pickles)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"--data {path}: no such file. {HOW_TO_GET}")
-    with open(path, "rb") as f:
-        if f.read(4) != b"PK\x03\x04":
-            raise DataError(f"{path}: not a readable .npz file (not a zip archive). {HOW_TO_GET}")
     try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in NPZ_KEYS if k not in f.files]
-            if missing:
-                raise DataError(
-                    f"{path}: the .npz lacks {missing}; expected the arrays {list(NPZ_KEYS)} "
-                    f"(it holds {sorted(f.files)}). {HOW_TO_GET}"
-                )
-            arrays = {k: f[k] for k in NPZ_KEYS}
-    except DataError:
-        raise
-    except ValueError as err:  # object arrays need pickle, which is refused
-        raise DataError(f"{path}: holds arrays that need pickle to load, which is refused ({err}). {HOW_TO_GET}") from None
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # truncated or damaged
-        raise DataError(f"{path}: not a readable .npz file, truncated or damaged ({err}). {HOW_TO_GET}") from None
+        arrays = _read_npz(path, NPZ_KEYS)
+    except DataError as err:
+        raise DataError(f"{err}. {HOW_TO_GET}") from None
     x_train, y_train = _check_split("train", arrays["x_train"], arrays["y_train"], str(path))
     x_test, y_test = _check_split("test", arrays["x_test"], arrays["y_test"], str(path))
     return CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind="npz",
@@ -315,13 +409,24 @@ def write_cifar_batches(folder, arrays: CifarArrays, pieces: int = 5) -> dict:
     return {n: _file_hash(folder / n, "md5") for n in TRAIN_FILES + TEST_FILES}
 
 
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first (what creating ``path`` would add)."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
 def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_ARCHIVE_MD5) -> Path:
     """Download the CIFAR-10 python archive into ``root`` (md5-checked) and extract it; return the batch folder.
 
     Uses torchvision's ``download_url`` (which skips the download if a file with the right md5 is
-    already there).  Only the archive's regular files under ``cifar-10-batches-py/`` are extracted.
+    already there).  Only the archive's regular files under ``cifar-10-batches-py/`` are extracted.  A failed
+    download (offline, wrong md5) removes the partial archive and the folders it created.
     """
     root = Path(root).expanduser()
+    created = _missing_folders(root)
     try:
         from torchvision.datasets.utils import download_url
     except ImportError:  # pragma: no cover - torchvision is in requirements.txt
@@ -332,6 +437,9 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
         bad = root / CIFAR10_ARCHIVE
         if bad.is_file():
             bad.unlink()  # a wrong or partial archive: never extracted, removed so that a retry downloads again
+        for folder in created:  # and the folders download_url created for it: a failure leaves nothing behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise DataError(
             f"could not download CIFAR-10 from {url} into {root} with md5 {archive_md5} ({err}). "
             f"If this machine is offline, copy {CIFAR10_ARCHIVE} there or use --data PATH. {HOW_TO_GET}"
@@ -358,97 +466,212 @@ def _is_image_folder(path: Path) -> bool:
     return path.is_dir() and any((path / s).is_dir() for s in SPLITS)
 
 
+def _hidden(name: str) -> bool:
+    """Hidden entries (``.DS_Store``, AppleDouble ``._*`` files of macOS) are never part of a tree."""
+    return name.startswith(".")
+
+
+#: the largest file accepted as one 32×32 image (PNG or JPEG files of CIFAR images are a few KiB).
+MAX_IMAGE_BYTES = 1 << 20
+_STAT_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symbolic link"}
+_TAR_KINDS = {tarfile.DIRTYPE: "a folder", tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link",
+              tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device"}
+
+
+def _check_image_bytes(size: int, shown: str) -> None:
+    """Refuse a file larger than :data:`MAX_IMAGE_BYTES`: not a 32×32 image, and it would be read into memory."""
+    if size > MAX_IMAGE_BYTES:
+        raise DataError(f"{shown}: {_size(size)}, larger than a 32×32 image file can be (at most "
+                        f"{_size(MAX_IMAGE_BYTES)}); expected a 32×32 PNG or JPEG")
+
+
+def _read_image_file(path: Path, shown: str) -> bytes:
+    """The bytes of one image file of a folder tree: a regular file of at most :data:`MAX_IMAGE_BYTES` (a FIFO
+    would block, a device never end), else a :class:`DataError` naming it (``shown``)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _STAT_KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
+            raise DataError(f"{shown}: not a regular file ({kind}); expected a 32×32 PNG or JPEG")
+        _check_image_bytes(st.st_size, shown)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
+            raw = f.read(MAX_IMAGE_BYTES + 1)
+    except OSError as err:
+        raise DataError(f"{shown}: cannot be read ({err.strerror or _one_line(err)})") from None
+    _check_image_bytes(len(raw), shown)
+    return raw
+
+
+def _inside_tree(path: Path, top: Path, shown: str) -> Path:
+    """``path``, or where it links to if that is inside the tree ``top`` (resolved); a link that leaves the tree
+    is refused in one line naming it (``shown``)."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(top):
+        raise DataError(f"{shown}: a symbolic link to {_shown(target)}, outside the tree; copy what it points to "
+                        f"into the tree")
+    return target
+
+
 def _tree_entries_from_folder(root: Path):
-    """(relative posix path, is_dir, read()) of everything under ``root``, sorted by path."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        rel = Path(dirpath).relative_to(root)
-        for d in dirnames:
-            yield (rel / d).as_posix(), True, None
-        for f in sorted(filenames):
-            full = Path(dirpath) / f
-            yield (rel / f).as_posix(), False, full.read_bytes
+    """(relative posix path, is_dir, read()) of ``root``'s splits, their class folders and those folders' entries.
+
+    Hidden entries and top-level content other than the splits are skipped unvisited; the walk stops at the
+    depth of the images (``<split>/<class>/<file>``), so a link loop cannot trap it.  A symbolic link is
+    followed where it resolves inside the tree (:func:`_inside_tree`), and files are read by
+    :func:`_read_image_file` (regular files only, bounded), only when the tree uses them.
+    """
+    top = root.resolve()
+
+    def walk(folder: Path, rel: str, depth: int):
+        try:
+            found = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as err:
+            raise DataError(f"{root.name}: {_shown(rel or '.')}: cannot be listed ({err.strerror})") from None
+        for entry in found:
+            name = rel + entry.name
+            if _hidden(entry.name) or (depth == 0 and entry.name not in SPLITS):
+                continue
+            shown = f"{root.name}: {_shown(name)}"
+            path = _inside_tree(Path(entry.path), top, shown)
+            if path.is_dir():
+                yield name, True, None
+                if depth < 2:
+                    yield from walk(path, name + "/", depth + 1)
+            else:
+                yield name, False, functools.partial(_read_image_file, path, shown)
+
+    yield from walk(root, "", 0)
+
+
+def _member_name(name: str) -> str | None:
+    """A tar member's path in normal form (``./x``, ``x/`` and ``a//b`` become ``x`` and ``a/b``), or None for the
+    archive's root and for paths that climb out of it (``..``)."""
+    if ".." in name.split("/"):
+        return None
+    return posixpath.normpath("/" + name).lstrip("/") or None
+
+
+def _may_be_image(name: str) -> bool:
+    """Whether a tar member may be an image of the tree: ``<split>/<class>/<image>``, at the top or under one
+    folder.  Only these members are read."""
+    parts = name.split("/")
+    return (not any(_hidden(p) for p in parts) and parts[-1].lower().endswith(IMAGE_SUFFIXES)
+            and ((len(parts) == 3 and parts[0] in SPLITS) or (len(parts) == 4 and parts[1] in SPLITS)))
+
+
+def _tar_member_reader(tar: tarfile.TarFile, member: tarfile.TarInfo, shown: str):
+    """read() for a member that may be an image: its bytes, read now (the archive is streamed) if it is a regular
+    file of at most :data:`MAX_IMAGE_BYTES`; otherwise read() raises the :class:`DataError` naming it (so only
+    a member the tree uses is refused)."""
+    if member.isfile():
+        try:
+            _check_image_bytes(member.size, shown)
+        except DataError as err:
+            message = str(err)
+        else:
+            raw = tar.extractfile(member).read()
+            return lambda: raw
+    else:
+        kind = _TAR_KINDS.get(member.type, "a special file")
+        message = f"{shown}: not a regular file in the archive ({kind}); expected a 32×32 PNG or JPEG"
+
+    def refuse():
+        raise DataError(message)
+
+    return refuse
 
 
 def _tree_entries_from_tar(path: Path):
-    """Like :func:`_tree_entries_from_folder` for a tar archive, read in one sequential pass (gzip cannot seek
-    cheaply); the tree may sit at the archive's top level or under one folder."""
-    items = []
+    """Like :func:`_tree_entries_from_folder` for a tar archive, streamed in one pass (``r|*``: gzip cannot seek
+    cheaply, and nothing but the images is kept).  Member names are normalised (:func:`_member_name`); a name
+    that occurs twice is refused.  Only members that may be images are read (:func:`_tar_member_reader`);
+    the others are skipped unread.  The tree may sit at the archive's top level or under one folder
+    (hidden entries beside it, such as AppleDouble ``._<folder>`` files, do not count).
+    """
+    members = {}  # normal name -> (name in the archive, is_dir, read)
     try:
-        with tarfile.open(path, "r:*") as tar:
+        with tarfile.open(path, "r|*") as tar:
             for m in tar:
-                name = m.name.strip("/").removeprefix("./")
-                if ".." in name.split("/"):
+                name = _member_name(m.name)
+                if name is None:
                     continue
-                if m.isdir():
-                    items.append((name, True, None))
-                elif m.isfile():
-                    items.append((name, False, tar.extractfile(m).read()))
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-        raise DataError(f"{path.name}: not a readable tar archive, or truncated ({err}). {HOW_TO_GET}") from None
-    tops = {n.split("/")[0] for n, _, _ in items if n}
+                if name in members and not (m.isdir() and members[name][1]):
+                    raise DataError(f"{path.name}: the archive holds {_shown(members[name][0])!r} and "
+                                    f"{_shown(m.name)!r}, both {_shown(name)}; keep one")
+                shown = f"{path.name}: {_shown(name)}"
+                members[name] = (m.name, m.isdir(), _tar_member_reader(tar, m, shown) if _may_be_image(name) else None)
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as err:
+        raise DataError(f"{path.name}: not a readable tar archive, or truncated ({_one_line(err)}). {HOW_TO_GET}") \
+            from None
+    tops = {top for top in (n.split("/")[0] for n in members) if not _hidden(top)}
     prefix = next(iter(tops)) + "/" if len(tops) == 1 and not tops & set(SPLITS) else ""
-    for name, is_dir, raw in sorted(items, key=lambda item: item[0]):
-        if name.startswith(prefix) and name != prefix.rstrip("/"):
-            yield name[len(prefix):], is_dir, (None if is_dir else (lambda raw=raw: raw))
+    for name in sorted(members):
+        if name.startswith(prefix):
+            _, is_dir, read = members[name]
+            yield name[len(prefix):], is_dir, read
 
 
 def _decode_image(name: str, raw: bytes) -> np.ndarray:
-    """One 32×32 RGB PNG/JPEG → uint8 (32, 32, 3); anything else is a :class:`DataError` naming the file."""
-    from PIL import Image, UnidentifiedImageError
+    """One 32×32 RGB PNG/JPEG → uint8 (32, 32, 3); anything else is a :class:`DataError` naming the file.
+
+    Every failure of Pillow is caught here, in one place: a decompression bomb (a header declaring a huge
+    image: an error, or a warning made one), a truncated or malformed file, whatever exception it raises.
+    """
+    from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(raw)) as im:
-            if im.format not in ("PNG", "JPEG"):
-                raise DataError(f"{name}: a {im.format} image; expected PNG or JPEG")
-            if im.mode != "RGB":
-                raise DataError(f"{name}: image mode {im.mode}; expected RGB (8-bit, 3 channels)")
-            if im.size != (32, 32):
-                raise DataError(f"{name}: image size {im.size[0]}×{im.size[1]}; expected 32×32")
-            im.load()
-            return np.asarray(im, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-        if isinstance(err, DataError):
-            raise
-        raise DataError(f"{name}: not a readable PNG or JPEG image ({err})") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(raw)) as im:
+                if im.format not in ("PNG", "JPEG"):
+                    raise DataError(f"{name}: a {im.format} image; expected PNG or JPEG")
+                if im.mode != "RGB":
+                    raise DataError(f"{name}: image mode {im.mode}; expected RGB (8-bit, 3 channels)")
+                if im.size != (32, 32):
+                    raise DataError(f"{name}: image size {im.size[0]}×{im.size[1]}; expected 32×32")
+                im.load()
+                return np.asarray(im, dtype=np.uint8)
+    except DataError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise DataError(f"{name}: declares a huge image ({_one_line(err)}); expected 32×32") from None
+    except Exception as err:  # noqa: BLE001  (Pillow raises many types on malformed files)
+        raise DataError(f"{name}: not a readable PNG or JPEG image ({_one_line(err)})") from None
 
 
-def _read_tree(entries, source: str, progress: bool):
-    """Validate an image-folder tree and decode it; returns x_train, y_train, x_test, y_test, digest.
-
-    ``digest`` is a sha256 over every file's relative path and bytes (sorted), so equal trees,
-    wherever they are, share a cache entry.
-    """
-    from tqdm import tqdm
-
+def _tree_files(entries, source: str) -> dict:
+    """Validate an image-folder tree from its entries, reading nothing: ``{split: {class: [(rel, read), ...]}}``."""
     files = {s: {} for s in SPLITS}
     for rel, is_dir, read in entries:
         parts = rel.split("/")
-        if any(p.startswith(".") for p in parts) or rel in ("", "."):
+        if any(_hidden(p) for p in parts) or rel in ("", "."):
             continue  # hidden files (.DS_Store, ._*) and the root itself
         if parts[0] not in SPLITS:
             continue  # other top-level content (a README, a LICENSE) is not part of the data
-        split = parts[0]
+        split, shown = parts[0], _shown(rel)
         if len(parts) == 1:
             continue
         if len(parts) == 2:
             if not is_dir:
-                raise DataError(f"{source}: {rel}: a file where {split}/ should hold only class folders")
+                raise DataError(f"{source}: {shown}: a file where {split}/ should hold only class folders")
             if parts[1] not in CLASSES:
-                raise DataError(f"{source}: {rel}/: unknown class folder {parts[1]!r}; expected CIFAR-10's classes "
-                                f"{', '.join(CLASSES)}")
+                raise DataError(f"{source}: {shown}/: unknown class folder {_shown(parts[1])!r}; expected CIFAR-10's "
+                                f"classes {', '.join(CLASSES)}")
             files[split].setdefault(parts[1], [])
             continue
         if len(parts) > 3:
-            raise DataError(f"{source}: {rel}: nested too deep; expected {split}/<class>/<image>")
+            raise DataError(f"{source}: {shown}: nested too deep; expected {split}/<class>/<image>")
         cls = parts[1]
         if cls not in CLASSES:
-            raise DataError(f"{source}: {split}/{cls}/: unknown class folder {cls!r}; expected CIFAR-10's classes "
-                            f"{', '.join(CLASSES)}")
+            raise DataError(f"{source}: {split}/{_shown(cls)}/: unknown class folder {_shown(cls)!r}; expected "
+                            f"CIFAR-10's classes {', '.join(CLASSES)}")
         if is_dir:
-            raise DataError(f"{source}: {rel}/: a folder inside a class folder; expected only image files")
+            raise DataError(f"{source}: {shown}/: a folder inside a class folder; expected only image files")
         if not parts[2].lower().endswith(IMAGE_SUFFIXES):
-            raise DataError(f"{source}: {rel}: not an image file (expected {', '.join(IMAGE_SUFFIXES)})")
+            raise DataError(f"{source}: {shown}: not an image file (expected {', '.join(IMAGE_SUFFIXES)})")
         files[split].setdefault(cls, []).append((rel, read))
     for split in SPLITS:
         if not files[split]:
@@ -462,70 +685,151 @@ def _read_tree(entries, source: str, progress: bool):
         only_test = sorted(set(files["test"]) - set(files["train"]))
         raise DataError(f"{source}: train/ and test/ hold different classes (only in train: {only_train or 'none'}; "
                         f"only in test: {only_test or 'none'})")
+    return files
+
+
+def _in_order(files: dict, split: str):
+    """(rel, read, label) of a split's images in decoding order: sorted class name, then file name."""
+    for cls in sorted(files[split]):
+        for rel, read in sorted(files[split][cls], key=lambda item: item[0]):
+            yield rel, read, CLASSES.index(cls)
+
+
+def _tree_digest(files: dict) -> str:
+    """sha256 over every image's relative path and bytes (in decoding order): equal trees share a cache entry."""
     digest = hashlib.sha256()
+    for split in SPLITS:
+        for rel, read, _ in _in_order(files, split):
+            digest.update(os.fsencode(rel) + b"\0" + hashlib.sha256(read()).digest())
+    return digest.hexdigest()
+
+
+def _decode_tree(files: dict, source: str, progress: bool) -> list[np.ndarray]:
+    """Decode a validated tree (:func:`_tree_files`): ``[x_train, y_train, x_test, y_test]``."""
+    from tqdm import tqdm
+
     total = sum(len(v) for split in SPLITS for v in files[split].values())
     out = []
     with tqdm(total=total, desc=f"decoding {source}", unit="img", file=sys.stderr, disable=not progress,
               leave=False) as bar:
         for split in SPLITS:
             xs, ys = [], []
-            for cls in sorted(files[split]):
-                for rel, read in sorted(files[split][cls]):
-                    raw = read()
-                    digest.update(rel.encode() + b"\0" + hashlib.sha256(raw).digest())
-                    xs.append(_decode_image(f"{source}: {rel}", raw))
-                    ys.append(CLASSES.index(cls))
-                    bar.update()
+            for rel, read, label in _in_order(files, split):
+                xs.append(_decode_image(f"{source}: {_shown(rel)}", read()))
+                ys.append(label)
+                bar.update()
             out += [np.stack(xs), np.asarray(ys, dtype=np.int64)]
-    return (*out, digest.hexdigest())
+    return out
 
 
-def _tree_digest(root: Path) -> str:
-    """The digest :func:`_read_tree` computes, without decoding (for the cache lookup of a folder)."""
-    digest = hashlib.sha256()
-    for split in SPLITS:
-        for cls in sorted(d.name for d in (root / split).iterdir() if d.is_dir() and not d.name.startswith(".")) \
-                if (root / split).is_dir() else []:
-            for f in sorted(p.name for p in (root / split / cls).iterdir()
-                            if p.is_file() and not p.name.startswith(".")):
-                rel = f"{split}/{cls}/{f}"
-                digest.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
-    return digest.hexdigest()
+# ----------------------------------------------------------------------------- the decode cache
+CACHE_KEYS = NPZ_KEYS + ("source_sha256", "arrays_sha256")
 
 
-def load_image_folder(path, cache_dir="data/cache", progress: bool = True) -> CifarArrays:
+def _check_cache_folder(cache_dir: Path) -> None:
+    """Refuse, before anything is decoded, a cache folder that cannot be written (read-only, not a folder):
+    a probe file is created in the nearest existing folder and removed."""
+    probe = cache_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise DataError(f"--data-root: {probe} is a file, not a folder: cannot create the cache {cache_dir}; "
+                        f"choose another --data-root")
+    try:
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".explr-write-test-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise DataError(f"--data-root: cannot write the decode cache in {probe} ({err.strerror or _one_line(err)}); "
+                        f"choose another --data-root") from None
+
+
+def _read_cache(cache: Path, key: str, source: str, kind: str) -> CifarArrays | None:
+    """The arrays cached for the source with digest ``key``, or None.
+
+    The cache must be a readable ``.npz`` (:func:`_read_npz`) of valid splits that records ``key`` as its
+    source and the checksum of its arrays; one that is not (truncated, an older format, other arrays) is
+    reported in one line on stderr and None is returned, so that it is rebuilt.
+    """
+    if not cache.is_file():
+        return None
+    try:
+        a = _read_npz(cache, CACHE_KEYS)
+        x_train, y_train = _check_split("train", a["x_train"], a["y_train"], str(cache))
+        x_test, y_test = _check_split("test", a["x_test"], a["y_test"], str(cache))
+        if str(a["source_sha256"]) != key:
+            raise DataError(f"{cache}: the cache of another source")
+        digest = arrays_sha256(x_train, y_train, x_test, y_test)
+        if str(a["arrays_sha256"]) != digest:
+            raise DataError(f"{cache}: its arrays do not match the checksum it recorded")
+    except DataError as err:
+        print(f"{err}; rebuilding the cache from {source}", file=sys.stderr)
+        return None
+    return CifarArrays(x_train, y_train, x_test, y_test, source=source, kind=kind, files={source: "sha256:" + key},
+                       sha256=digest)
+
+
+def _write_cache(cache: Path, arrays: CifarArrays, key: str) -> None:
+    """Write the arrays, the source's digest ``key`` and the arrays' checksum to ``cache`` atomically; a full disk
+    or another write error is one :class:`DataError` line, and the temporary file is removed."""
+    content = {k: getattr(arrays, k) for k in NPZ_KEYS}
+    content.update(source_sha256=np.array(key), arrays_sha256=np.array(arrays.sha256))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(cache, lambda f: np.savez(f, **content))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DataError(f"disk full while writing the cache at {cache}; free space or choose another "
+                            f"--data-root") from None
+        raise DataError(f"cannot write the cache at {cache} ({err.strerror or _one_line(err)}); choose another "
+                        f"--data-root") from None
+
+
+def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
+    """Refuse a batch larger than the training set (for an image folder before anything is decoded or cached)."""
+    if batch_size is not None and batch_size > n_train:
+        raise DataError(f"batch_size (--batch-size) {batch_size} exceeds the {n_train} training images of {source}")
+
+
+def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
+        -> CifarArrays:
     """An image-folder tree or a ``.tar``/``.tar.gz``/``.tgz`` of one, decoded once and cached (module docstring).
 
     The cache file is ``<cache_dir>/image-folder-<sha256>.npz``, keyed by the archive's sha256 (for a
-    folder: the digest of its files' paths and bytes); ``cache_dir=None`` disables it.
+    folder: the digest of its images' paths and bytes); ``cache_dir=None`` disables it.  A damaged or
+    mismatched cache is rebuilt (one line on stderr), and temporary files of killed cache writes are removed.
+    Before anything is decoded, the tree is validated, the batch size (``batch_size``, if given) checked
+    against its training images and the cache folder checked for writing; constant images are refused
+    before the cache is written.
     """
     path = Path(path).expanduser()
     archive = path.is_file() and _is_archive(path)
     if not (archive or path.is_dir()):
         raise DataError(f"--data {path}: no such image folder or archive. {HOW_TO_GET}")
     kind = "image-folder-tar" if archive else "image-folder"
-    key = _file_hash(path, "sha256") if archive else _tree_digest(path)
-    cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-{key}.npz"
-    if cache is not None and cache.is_file():
-        try:
-            with np.load(cache, allow_pickle=False) as f:
-                arrays = [f[k] for k in NPZ_KEYS]
-            x_train, y_train = _check_split("train", arrays[0], arrays[1], str(cache))
-            x_test, y_test = _check_split("test", arrays[2], arrays[3], str(cache))
-            return CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind=kind,
-                               files={path.name: "sha256:" + key})
-        except (DataError, OSError, ValueError, KeyError, EOFError):
-            cache.unlink(missing_ok=True)  # a damaged cache is rebuilt from the source
-    entries = _tree_entries_from_tar(path) if archive else _tree_entries_from_folder(path)
-    x_train, y_train, x_test, y_test, digest = _read_tree(entries, path.name, progress)
-    if not archive:
-        key = digest
-        cache = None if cache_dir is None else cache.with_name(f"image-folder-{key}.npz")
-    arrays = CifarArrays(x_train, y_train, x_test, y_test, source=path.name, kind=kind,
-                         files={path.name: "sha256:" + key})
+    cache_dir = None if cache_dir is None else Path(cache_dir).expanduser()
+    if cache_dir is not None and cache_dir.is_dir():
+        remove_stale_leftovers(cache_dir)
+    if archive:
+        key, files = _file_hash(path, "sha256"), None
+    else:
+        files = _tree_files(_tree_entries_from_folder(path), path.name)
+        key = _tree_digest(files)
+    cache = None if cache_dir is None else cache_dir / f"image-folder-{key}.npz"
+    arrays = None if cache is None else _read_cache(cache, key, path.name, kind)
+    if arrays is not None:
+        _check_batch_size(len(arrays.y_train), batch_size, path.name)
+        return arrays
+    if files is None:
+        files = _tree_files(_tree_entries_from_tar(path), path.name)
+    _check_batch_size(sum(len(v) for v in files["train"].values()), batch_size, path.name)
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(cache, lambda f: np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS}))
+        _check_cache_folder(cache_dir)
+    arrays = CifarArrays(*_decode_tree(files, path.name, progress), source=path.name, kind=kind,
+                         files={path.name: "sha256:" + key})
+    arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
+    if cache is not None:
+        _write_cache(cache, arrays, key)
     return arrays
 
 
@@ -553,30 +857,36 @@ def write_image_folder(root, arrays: CifarArrays | dict, fmt: str = "png", archi
     return out
 
 
-def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bool = True) -> CifarArrays:
+def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bool = True,
+                 batch_size: int | None = None) -> CifarArrays:
     """Load CIFAR-10 from ``data``: ``"auto"``, ``"synthetic"``, a ``.npz``, a batch folder, an image-folder tree
     or an archive of one (module docstring).  ``root`` is the download folder; decoded images are cached in
-    ``root/cache``."""
+    ``root/cache``.  ``progress`` shows the decoding bar of an image folder; ``batch_size`` (if given) must not
+    exceed the training images (checked before an image folder is decoded or cached)."""
     if isinstance(data, CifarArrays):
-        return data
-    data = str(data)
-    if data == "synthetic":
-        return make_synthetic()
-    if data == "auto":
+        arrays = data
+    elif str(data) == "synthetic":
+        arrays = make_synthetic()
+    elif str(data) == "auto":
         folder = Path(root).expanduser() / CIFAR10_FOLDER
         if not all((folder / n).is_file() for n in TRAIN_FILES + TEST_FILES):
             folder = download_cifar10(root)
-        return read_cifar_batches(folder, md5)
-    path = Path(data).expanduser()
-    if _is_image_folder(path) or (path.is_file() and _is_archive(path)):
-        return load_image_folder(path, Path(root).expanduser() / "cache", progress=progress)
-    if path.is_dir():
-        folder = path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path
-        return read_cifar_batches(folder, md5)
-    if path.suffix == ".npz" or path.is_file():
-        return load_npz(path)
-    raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic', a .npz, a folder with "
-                    f"CIFAR-10's python batches, an image-folder tree or a .tar/.tar.gz/.tgz of one). {HOW_TO_GET}")
+        arrays = read_cifar_batches(folder, md5)
+    else:
+        path = Path(str(data)).expanduser()
+        if _is_image_folder(path) or (path.is_file() and _is_archive(path)):
+            return load_image_folder(path, Path(root).expanduser() / "cache", progress=progress, batch_size=batch_size)
+        if path.is_dir():
+            folder = path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path
+            arrays = read_cifar_batches(folder, md5)
+        elif path.suffix == ".npz" or path.is_file():
+            arrays = load_npz(path)
+        else:
+            raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic', a .npz, a folder "
+                            f"with CIFAR-10's python batches, an image-folder tree or a .tar/.tar.gz/.tgz of one). "
+                            f"{HOW_TO_GET}")
+    _check_batch_size(len(arrays.y_train), batch_size, arrays.source)
+    return arrays
 
 
 # ----------------------------------------------------------------------------- synthetic data
