@@ -3,19 +3,25 @@ import argparse
 import dataclasses
 import io
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from explr.cifar10 import committed_results, load_runs, run_many
-from explr.cifar10 import hardware
+from explr.cifar10 import hardware, sweep
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments
 from explr.cifar10.data import make_synthetic, write_npz
-from explr.cifar10.runs import read_metrics
-from explr.cifar10.sweep import attach_arrays, share_arrays
+from explr.cifar10.runs import lock_holder, read_metrics
+from explr.cifar10.sweep import attach_arrays, check_launcher, share_arrays
 
 from cifar10_helpers import CLI_TINY, reproducible, tiny_arrays
 
@@ -114,6 +120,7 @@ def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
                  "--time", "10"]) == 0
     out = capsys.readouterr().out
     assert out.count("finished") == 2
+    assert not list(tmp_path.rglob("%j")) and list((tmp_path / "cluster" / ".submitit").glob("*_0_log.out"))
     runs = load_runs(tmp_path / "cluster")
     assert sorted(r["schedule"] for r in runs) == ["step", "texp"]
     assert all(r["manifest"]["status"] == "finished" and r["manifest"]["format"] == "explr.cifar10/1" for r in runs)
@@ -127,6 +134,77 @@ def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "cluster"), "--launcher", "submitit", "--cluster", "local",
                  "--resume"]) == 0
     assert (tmp_path / "cluster" / "step" / "seed0" / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.slow  # separate processes (each imports torch)
+def test_submitit_local_jobs_end_with_their_parent_on_sigint(tmp_path):
+    """The parent exits 130 after its local jobs recorded "interrupted" (they used to train on, orphaned)."""
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    run = tmp_path / "out" / "texp" / "seed0"
+    cmd = [sys.executable, "-m", "explr.cifar10", "--schedule", "texp", "--data", data, "--out", str(tmp_path / "out"),
+           *CLI_TINY, "--epochs", "200", "--launcher", "submitit", "--cluster", "local"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not ((run / "metrics.jsonl").exists() and read_metrics(run)):
+        assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
+        time.sleep(0.05)
+    job = lock_holder(run)[0]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert not lock_holder(run)[1] and not _alive(job)  # the job's process ended too
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and len(read_metrics(run)) < 200
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_options_the_chosen_launcher_would_ignore_are_refused():
+    with pytest.raises(ValueError, match="^--jobs is for --launcher local"):
+        check_launcher("submitit", jobs=2)
+    with pytest.raises(ValueError, match="^--partition and --account are SLURM's"):
+        check_launcher("submitit", cluster="local", partition="gpu")
+    with pytest.raises(ValueError, match="^--partition, --gpus-per-run, --no-wait only apply to --launcher submitit"):
+        check_launcher("local", partition="gpu", gpus_per_run=1, wait=False)
+    check_launcher("local", jobs=4)
+    check_launcher("submitit", cluster="slurm", partition="gpu", account="me", gpus_per_run=1, wait=False)
+
+
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_file_in_the_output_tree_is_one_line_before_any_worker_starts(jobs, tmp_path, capsys):
+    (tmp_path / "step").write_text("not a folder")
+    with pytest.raises(SystemExit) as exc:
+        main(["--schedule", "step", "--seed", "0", "1", "--jobs", str(jobs), "--data", "synthetic", "--out",
+              str(tmp_path), *CLI_TINY])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and "is a file" in err, err
+
+
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_run_taken_meanwhile_by_another_process_is_exit_code_4_with_the_summary(jobs, tmp_path, capfd,
+                                                                                  monkeypatch):
+    checked = sweep.prepare
+
+    def prepare_then_taken(configs, out, **kwargs):  # another process trains texp once the sweep was checked
+        result = checked(configs, out, **kwargs)
+        (tmp_path / "texp" / "seed0").mkdir(parents=True)
+        (tmp_path / "texp" / "seed0" / "metrics.jsonl").write_text('{"epoch": 1}\n')
+        return result
+
+    monkeypatch.setattr(sweep, "prepare", prepare_then_taken)
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    assert main(["--schedule", "step", "texp", "--jobs", str(jobs), "--data", data, "--out", str(tmp_path),
+                 *CLI_TINY, "--epochs", "1"]) == 4
+    out, err = capfd.readouterr()  # (a worker's lines come from another process)
+    assert re.search(r"step seed 0 +finished", out) and re.search(r"texp seed 0 +locked", out), out
+    assert str(tmp_path / "texp" / "seed0") in err and "Traceback" not in err, err
 
 
 # ----------------------------------------------------------------------------- committed results (Colab)
@@ -158,11 +236,8 @@ def test_committed_results_come_from_the_repository_archive_when_absent(tmp_path
                           archive_url=(tmp_path / "missing.tar.gz").as_uri())
 
 
-def test_slurm_without_slurm_is_one_line(tmp_path, capsys):
-    import shutil
-
-    if shutil.which("srun"):
-        pytest.skip("this machine has SLURM: the submission would really happen")
+def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
     with pytest.raises(SystemExit) as exc:
         main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
     err = capsys.readouterr().err
