@@ -6,19 +6,25 @@ STAMP   := $(VENV)/.installed
 N       ?=
 ARGS    ?=
 
-.PHONY: help install book test lint browser-check chapter execute unit clean
+.PHONY: help install lock book test lint browser-check chapter execute unit clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-install: $(STAMP)  ## create .venv (if absent) and install the pinned stack and explr
+install: $(STAMP)  ## create .venv (if absent) and install the locked stack (requirements.lock) and explr
+
+lock:  ## after editing requirements.txt: install it into .venv, rewrite requirements.lock and binder/requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) .ci/lock.py
+	@touch $(STAMP)
 
 book: $(STAMP)  ## execute every chapter and build the HTML book into _build/html (fails on errors and warnings)
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
@@ -34,8 +40,8 @@ browser-check: $(STAMP)  ## build the book from the committed outputs, open ever
 lint: $(STAMP)  ## ruff over the Python sources (rules in pyproject.toml)
 	$(VENV)/bin/ruff check src tests benchmarks experiments .ci
 
-unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow)
-	$(PY) -m pytest tests -m "not chapters and not slow" -p no:cacheprovider --ignore=tests/browser
+unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow or slurm)
+	$(PY) -m pytest tests -m "not chapters and not slow and not slurm" -p no:cacheprovider --ignore=tests/browser
 
 chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters)
 	@test -n "$(N)" || { echo "usage: make chapter N=02 [ARGS='-p name value ...']"; exit 2; }
