@@ -26,10 +26,11 @@ lock:  ## after editing requirements.txt: install it into .venv, rewrite require
 	$(PY) .ci/lock.py
 	@touch $(STAMP)
 
-book: $(STAMP)  ## execute every chapter and build the HTML book into _build/html (fails on errors and warnings)
+book: $(STAMP)  ## execute every chapter (again if src/explr changed) and build the HTML book into _build/html (fails on errors and warnings)
+	$(PY) .ci/book_cache_guard.py
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
-test: $(STAMP)  ## every test: lint, unit tests, each chapter run small by papermill, nbval over the committed notebooks, browser check
+test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answers: .ci/slurm-up), each chapter run small by papermill, nbval over the committed notebooks, browser check
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=tests/browser
 	@$(MAKE) --no-print-directory browser-check
