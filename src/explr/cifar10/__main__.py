@@ -11,6 +11,9 @@ The training options come from :class:`explr.cifar10.config.TrainConfig`'s field
 Exit codes: 0 every run finished; 2 bad settings, data or run folders (one line, nothing written);
 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker or cluster job
 failed; 130 SIGINT, 143 SIGTERM (the runs say "interrupted"; ``--resume`` continues them).
+
+A value that looks like a negative number is a value, not an option: ``--wd -1e-4`` reads as
+``--wd=-1e-4`` (and is refused by the rule of ``--wd``), as argparse alone reads only ``-1`` and ``-.5`` so.
 """
 from __future__ import annotations
 
@@ -30,6 +33,33 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line on stderr and exit code 2 (argparse would print the whole usage first)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(_join_negative_values(self, args), namespace)
+
+
+def _join_negative_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """``--flag -1e-4`` → ``--flag=-1e-4`` for every flag that takes one value, when the next argument
+    parses as a number (argparse takes only ``-1`` and ``-.5`` for values, and ``-1e-4`` for an option)."""
+    takes_one = {s for a in parser._actions if a.nargs is None and a.option_strings for s in a.option_strings}
+    joined, i = [], 0
+    while i < len(args):
+        if args[i] in takes_one and i + 1 < len(args) and _negative_number(args[i + 1]):
+            joined.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+        else:
+            joined.append(args[i])
+            i += 1
+    return joined
+
+
+def _negative_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.startswith("-")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,24 +23,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from ..schedules import CORRECTIONS, cosine, step_decay, texp, texp_minus_minus
+from . import hardware
 
 __all__ = [
     "SCHEDULES",
     "EXPONENTIAL",
     "PRECISIONS",
     "COMPILE_MODES",
+    "LR_MIN",
+    "LR_MAX",
+    "RESCALE_ABOVE_MAX",
+    "MAX_EPOCHS",
+    "MAX_SEED",
+    "SCHEDULE_BYTES_PER_STEP",
     "TRAJECTORY_KEYS",
     "RESOLVED_KEYS",
     "TrainConfig",
     "add_config_arguments",
     "configs_from_args",
     "default_decay_epochs",
+    "check_lr_range",
+    "check_schedule_memory",
     "played_schedule",
     "schedule_arrays",
 ]
@@ -49,6 +58,20 @@ SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 EXPONENTIAL = ("texp", "texp--", "cosine-texp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+#: float32's smallest normal and largest value: every lr the optimizer plays stays in between (the weights
+#: are float32 under fp32 and bf16; below LR_MIN an lr has lost precision and underflows against them).
+LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+#: the largest ``rescale_above``.  :class:`~explr.lr_scheduler.PerStepLR` rescales as soon as the optimizer's
+#: lr would exceed ``rescale_above`` (compared in log2, so up to rounding), and a rescaling moves the lr by
+#: powers of 4: a headroom of one rescaling quantum, 4, keeps every played lr below float32's maximum.
+RESCALE_ABOVE_MAX = LR_MAX / 4
+MAX_EPOCHS = 100_000
+#: what ``torch.manual_seed`` accepts at most (it refuses 2**64).
+MAX_SEED = 2**64 - 1
+#: bytes per step of building and playing a schedule, at its peak (measured: 186 for step, 120 for texp).
+SCHEDULE_BYTES_PER_STEP = 256
 
 
 # ----------------------------------------------------------------------------- rules of a value
@@ -74,15 +97,19 @@ class Choice:
 class Int:
     minimum: int
     modulo: tuple | None = None  # (m, r): v ≡ r (mod m)
-    example: str = ""
+    note: str = ""  # appended to the rule
+    maximum: int | None = None
 
     def rule(self) -> str:
         if self.modulo:
-            return f"{self.modulo[0]}n + {self.modulo[1]} with n >= 1{self.example}"
-        return f"an integer >= {self.minimum}"
+            return f"{self.modulo[0]}n + {self.modulo[1]} with n >= 1{self.note}"
+        if self.maximum is not None:
+            return f"an integer in [{self.minimum}, {self.maximum}]{self.note}"
+        return f"an integer >= {self.minimum}{self.note}"
 
     def ok(self, v) -> bool:
-        return _is_int(v) and v >= self.minimum and (not self.modulo or v % self.modulo[0] == self.modulo[1])
+        return (_is_int(v) and v >= self.minimum and (self.maximum is None or v <= self.maximum)
+                and (not self.modulo or v % self.modulo[0] == self.modulo[1]))
 
     def parse(self, text: str):
         return int(text)
@@ -94,9 +121,11 @@ class Float:
     hi: float = math.inf
     lo_open: bool = True
     hi_open: bool = True
+    note: str = ""  # appended to the rule
 
     def rule(self) -> str:
-        return f"a finite number in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        interval = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        return f"a finite number in {interval}{self.note}"
 
     def ok(self, v) -> bool:
         if not ((_is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v)):
@@ -131,8 +160,27 @@ class Text:
 
 
 @dataclass(frozen=True)
-class Epochs:
-    """A strictly increasing list of epochs (checked against ``epochs`` by :meth:`TrainConfig.validate`)."""
+class Device:
+    """A device name the engine trains on; whether it is available here is :func:`hardware.resolve_device`'s check."""
+
+    def rule(self) -> str:
+        return "one of auto, cpu, cuda, cuda:N, mps"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and (v in DEVICES or re.fullmatch(r"cuda:[0-9]+", v) is not None)
+
+    def parse(self, text: str):
+        return text
+
+
+@dataclass(frozen=True)
+class Milestones:
+    """A strictly increasing list of epochs (checked against ``epochs`` by :meth:`TrainConfig.validate`).
+
+    The command line takes it as several values, each parsed and checked by :attr:`item`; the whole list
+    is checked once, by :meth:`TrainConfig.validate`."""
+
+    item = Int(1)
 
     def rule(self) -> str:
         return "strictly increasing integers in [1, epochs - 1]"
@@ -141,10 +189,7 @@ class Epochs:
         if not isinstance(v, (list, tuple)):
             return False
         ms = list(v)
-        return all(_is_int(m) and m >= 1 for m in ms) and all(b > a for a, b in zip(ms, ms[1:]))
-
-    def parse(self, text: str):
-        return int(text)
+        return all(self.item.ok(m) for m in ms) and all(b > a for a, b in zip(ms, ms[1:]))
 
 
 def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
@@ -174,9 +219,12 @@ class TrainConfig:
         "texp-- = TEXP without the LR drops; cosine = per-epoch cosine + WD; cosine-texp = TEXP of that cosine",
         Choice(SCHEDULES), "runs", trajectory=True, sweep=True)
     seed: int = setting(0, "seeds (model init, data order, augmentation); runs = schedules x seeds",
-                        Int(0), "runs", trajectory=True, sweep=True)
-    epochs: int = setting(200, "epochs per run", Int(1), "runs", trajectory=True)
-    lr: float = setting(0.1, "initial learning rate eta_0", Float(0), "optimisation", trajectory=True)
+                        Int(0, note=" (what torch.manual_seed takes)", maximum=MAX_SEED), "runs", trajectory=True,
+                        sweep=True)
+    epochs: int = setting(200, "epochs per run", Int(1, maximum=MAX_EPOCHS), "runs", trajectory=True)
+    lr: float = setting(0.1, "initial learning rate eta_0; every lr the schedule plays must stay in float32's normal "
+                        "range", Float(LR_MIN, LR_MAX, lo_open=False, hi_open=False, note=" (float32's normal range)"),
+                        "optimisation", trajectory=True)
     wd: float = setting(5e-4, "weight decay lambda (the exponential schedules build their growth rate from it and "
                         "train without it)", Float(0, lo_open=False), "optimisation", trajectory=True)
     momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation",
@@ -185,7 +233,7 @@ class TrainConfig:
                               Int(1), "optimisation", trajectory=True)
     decay_epochs: tuple | None = setting(
         None, "epochs where step decay multiplies the lr by --decay-factor (default: 50%% and 75%% of --epochs, "
-        "i.e. 100 150 for 200); give none for a constant lr", Epochs(), "optimisation", trajectory=True,
+        "i.e. 100 150 for 200); give none for a constant lr", Milestones(), "optimisation", trajectory=True,
         optional=True)
     decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation",
                                   trajectory=True)
@@ -194,8 +242,9 @@ class TrainConfig:
     rescale_above: float = setting(
         100.0, "exponential schedules: when the optimizer's lr would exceed this, rescale (theta, v, lr) -> "
         "(c theta, v/c, c^2 lr), the same network, so float32/bf16 never overflow; must exceed the schedule's "
-        "first lr", Float(0), "optimisation", trajectory=True)
-    depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...)", Int(8, (6, 2), " (20, 32, 56, ...)"), "model",
+        "first lr", Float(0, RESCALE_ABOVE_MAX, hi_open=False, note=" (at most float32's largest value / 4)"),
+        "optimisation", trajectory=True)
+    depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...)", Int(8, (6, 2), note=" (20, 32, 56, ...)"), "model",
                          trajectory=True)
     invariant: bool = setting(True, "scale-invariant mode of the paper: BN scale/bias and the last linear layer "
                               "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model",
@@ -210,9 +259,8 @@ class TrainConfig:
                         Text("a data source"), "data")
     data_root: str = setting("data", "download/extract folder for --data auto; decoded image folders are cached "
                              "in DATA_ROOT/cache", Text("a folder"), "data")
-    device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N, ...",
-                          Text("'auto', 'cpu', 'cuda', 'cuda:N', 'mps' or another torch device"), "hardware",
-                          trajectory="resolved")
+    device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N or mps", Device(),
+                          "hardware", trajectory="resolved")
     precision: str = setting("auto", "fp32; bf16 = torch.autocast bfloat16 (fp32 weights); fp64; auto = bf16 on "
                              "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
     channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
@@ -240,11 +288,6 @@ class TrainConfig:
             raise ValueError(
                 f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
                 "network and rescaled during training; it needs invariant=True (drop --no-invariant)")
-        try:
-            torch.device("cuda" if self.device == "auto" else self.device)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"device (--device) must be {_FIELDS['device'].metadata['rule'].rule()}; "
-                             f"got {self.device!r}") from None
         return self
 
     def milestones(self) -> list[int]:
@@ -283,15 +326,50 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int):
     (lr, wd) arrays of ``step`` and ``cosine``."""
     c = config
     E, S = c.epochs, steps_per_epoch
+    check_schedule_memory(c, S)
     if c.schedule in ("step", "texp", "texp--"):
         base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
     else:
         base = cosine(c.lr, E, S, per="epoch")
     if c.schedule in ("step", "cosine"):
-        return (base, np.full(len(base), float(c.wd))), False
-    if c.schedule == "texp--":
-        return texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections), True
-    return texp(base, c.wd, c.momentum, corrections=c.corrections), True
+        played, exponential = (base, np.full(len(base), float(c.wd))), False
+    elif c.schedule == "texp--":
+        played, exponential = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections), True
+    else:
+        played, exponential = texp(base, c.wd, c.momentum, corrections=c.corrections), True
+    check_lr_range(c, played, exponential, S)
+    return played, exponential
+
+
+def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
+    """Raise ``ValueError`` naming ``--epochs`` if the per-step schedule of ``config`` (epochs × steps per
+    epoch × :data:`SCHEDULE_BYTES_PER_STEP`) exceeds the memory available (:func:`hardware.available_memory`)."""
+    need, available = config.epochs * steps_per_epoch * SCHEDULE_BYTES_PER_STEP, hardware.available_memory()
+    if available is not None and need > available:
+        raise ValueError(f"epochs (--epochs) {config.epochs}: the per-step schedule of {config.epochs} epochs x "
+                         f"{steps_per_epoch} steps needs {need / 2**30:.3g} GiB of memory, more than the "
+                         f"{available / 2**30:.3g} GiB available here; lower --epochs or raise --batch-size")
+
+
+def check_lr_range(config: TrainConfig, played, exponential: bool, steps_per_epoch: int) -> None:
+    """Raise ``ValueError`` naming ``--lr`` if an lr the optimizer plays can fall below :data:`LR_MIN`.
+
+    ``step`` and ``cosine`` play their lr as it is; they never rise above ``lr`` (≤ :data:`LR_MAX`).  An
+    exponential schedule is played as lr_k·R_k, R the rescaling factor: a rescaling at step j sets
+    lr_j·R into (lr_0/4, lr_0], so R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j)), which bounds the played lr from
+    below; from above, ``rescale_above`` ≤ :data:`RESCALE_ABOVE_MAX` bounds it."""
+    if exponential:
+        log_lr = played.log_lr
+        log_low = log_lr + np.minimum(0.0, log_lr[0] - math.log(4.0) - np.maximum.accumulate(log_lr))
+    else:
+        with np.errstate(divide="ignore"):  # an lr that underflowed to 0 (decay factors of 1e-300)
+            log_low = np.log(played[0])
+    k = int(np.argmin(log_low))
+    if log_low[k] < math.log(LR_MIN):
+        played_as = "lr as the optimizer plays it (rescaled)" if exponential else "lr"
+        raise ValueError(f"lr (--lr) {config.lr:g}: the {config.schedule} schedule's {played_as} falls to "
+                         f"{math.exp(log_low[k]):.3g} in epoch {k // steps_per_epoch + 1}, below float32's smallest "
+                         f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")
 
 
 # ----------------------------------------------------------------------------- the command line, from the fields
@@ -330,8 +408,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None
                 kwargs.update(choices=rule.choices, metavar="{" + ",".join(rule.choices) + "}")
             if many:
                 kwargs["nargs"] = "+"
-            elif isinstance(rule, Epochs):
-                kwargs.update(nargs="*", metavar="E")
+            elif isinstance(rule, Milestones):  # each value an epoch; validate() checks the whole list
+                kwargs.update(nargs="*", metavar="E", type=_argument_type(f.name, rule.item))
         group.add_argument(flag(f.name), dest=f.name, **kwargs)
 
 

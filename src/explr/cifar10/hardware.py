@@ -12,6 +12,9 @@ README), 1 thread at 0.98.
 The default therefore leaves one CPU free, ``max(1, available − 1)`` threads, and on a GPU, where
 the CPU only launches kernels, 1 thread per run; ``--threads`` overrides.  README states the measured
 speeds with and without a busy loop beside the engine.
+
+Memory (:func:`available_memory`) is limited the same two ways: the host's ``MemAvailable`` and a
+cgroup's limit (``memory.max`` of v2, ``memory.limit_in_bytes`` of v1) minus what the cgroup uses.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import torch
 
 __all__ = [
     "available_cpus",
+    "available_memory",
     "cgroup_cpu_limit",
     "default_threads",
     "resolve_device",
@@ -63,6 +67,27 @@ def available_cpus(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
     if quota is not None:
         n = min(n, math.ceil(quota))
     return max(1, n)
+
+
+def available_memory(cgroup_root: str | Path = "/sys/fs/cgroup", meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """Bytes this process may still allocate: min(``MemAvailable``, cgroup limit − usage); ``None`` if unknown."""
+    sizes = []
+    try:
+        fields = dict(line.split(":", 1) for line in Path(meminfo).read_text().splitlines() if ":" in line)
+        sizes.append(int(fields["MemAvailable"].split()[0]) * 1024)
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    root = Path(cgroup_root)
+    for limit, usage in (("memory.max", "memory.current"),
+                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            text = (root / limit).read_text().strip()
+            if text != "max":
+                sizes.append(max(0, int(text) - int((root / usage).read_text())))
+            break
+        except (OSError, ValueError):
+            continue
+    return min(sizes) if sizes else None
 
 
 def default_threads(device: torch.device, jobs: int = 1) -> int:

@@ -1,0 +1,138 @@
+"""The command line of explr.cifar10: every list-valued flag trains end to end, negative numbers are values, and
+every value out of range (the device, float32's range for lr and rescale limits, seeds, epochs, memory) is one
+line naming the flag, exit code 2, with nothing created.
+
+PreResNet8 on 192 generated images, batch 32 (6 steps per epoch; the end-to-end sweep uses 64 images, 2 steps),
+in-process calls of ``main(argv)``.
+"""
+import json
+
+import numpy as np
+import pytest
+
+import explr.cifar10.config as config_mod
+from explr.cifar10 import hardware
+from explr.cifar10.__main__ import build_parser, main
+from explr.cifar10.config import RESCALE_ABOVE_MAX
+from explr.cifar10.data import make_synthetic, write_npz
+from explr.cifar10.runs import read_metrics
+
+from cifar10_helpers import CLI_TINY, tiny_arrays, tiny_npz
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
+
+
+@pytest.fixture(scope="module")
+def npz64(tmp_path_factory):
+    """64 training images: 2 steps per epoch at batch 32."""
+    return str(write_npz(tmp_path_factory.mktemp("data") / "64.npz", make_synthetic(n_train=64, n_test=32, seed=2)))
+
+
+def refused(argv, capsys, flag, words=""):
+    """``main(argv)`` exits 2 with one line on stderr naming ``flag`` (and ``words``)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert flag in err and words in err, err
+    return err
+
+
+# ----------------------------------------------------------------------------- list-valued flags, end to end
+def test_every_list_valued_flag_trains_through_the_cli(npz64, tmp_path):
+    """--schedule, --seed and --decay-epochs each take several values (a parser that refused every value of
+    --decay-epochs once made custom milestones impossible)."""
+    assert main(["--data", npz64, "--out", str(tmp_path), *CLI_TINY, "--epochs", "3", "--decay-epochs", "1", "2",
+                 "--schedule", "step", "texp", "--seed", "3", "4"]) == 0
+    for schedule in ("step", "texp"):
+        for seed in (3, 4):
+            run = tmp_path / schedule / f"seed{seed}"
+            manifest = json.loads((run / "manifest.json").read_text())
+            assert manifest["status"] == "finished" and manifest["resolved"]["milestones"] == [1, 2]
+            assert manifest["config"]["seed"] == seed
+    step = read_metrics(tmp_path / "step" / "seed3")
+    np.testing.assert_allclose([r["lr"] for r in step], [0.1, 0.01, 0.001], rtol=1e-12)  # decays at 1 and 2
+    assert step[0]["train_loss"] != read_metrics(tmp_path / "step" / "seed4")[0]["train_loss"]
+    # --decay-epochs with no value: a constant lr (the default for 2 epochs would decay at 1)
+    assert main(["--data", npz64, "--out", str(tmp_path / "constant"), *CLI_TINY, "--epochs", "2", "--decay-epochs",
+                 "--schedule", "step"]) == 0
+    np.testing.assert_allclose([r["lr"] for r in read_metrics(tmp_path / "constant" / "step" / "seed0")], [0.1, 0.1],
+                               rtol=1e-12)
+
+
+def test_each_value_and_the_whole_list_of_decay_epochs_are_checked(npz, tmp_path, capsys):
+    base = ["--data", npz, "--out", str(tmp_path), *CLI_TINY]
+    refused([*base, "--decay-epochs", "1", "x"], capsys, "--decay-epochs", "must be an integer >= 1; got 'x'")
+    refused([*base, "--decay-epochs", "2", "1"], capsys, "--decay-epochs", "strictly increasing")
+    refused([*base, "--decay-epochs", "1", "3"], capsys, "--decay-epochs", "[1, 2]")
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- negative numbers
+def test_a_negative_number_is_the_value_of_its_flag(npz, tmp_path, capsys):
+    base = ["--data", npz, "--out", str(tmp_path), *CLI_TINY]
+    refused([*base, "--wd", "-1e-4"], capsys, "--wd", "must be a finite number in [0, inf); got '-1e-4'")
+    refused([*base, "--lr", "-1E-3"], capsys, "--lr", "got '-1E-3'")
+    refused([*base, "--momentum", "-inf"], capsys, "--momentum", "got '-inf'")
+    assert build_parser().parse_args(["--wd", "-0e0", "--seed", "1", "2"]).wd == 0.0
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- ranges, before anything is created
+@pytest.mark.parametrize("argv, flag, words", [
+    (["--device", "meta"], "--device", "one of auto, cpu, cuda, cuda:N, mps"),
+    (["--device", "xpu"], "--device", "got 'xpu'"),
+    (["--device", "cuda:x"], "--device", "got 'cuda:x'"),
+    (["--schedule", "texp", "--lr", "5e-324"], "--lr", "float32's normal range"),
+    (["--lr", "1e39"], "--lr", "float32's normal range"),
+    (["--lr", "1e-39"], "--lr", "float32's normal range"),
+    (["--schedule", "step", "--lr", "1e-36", "--decay-factor", "0.001", "--decay-epochs", "1", "2"], "--lr",
+     "falls to 1e-42 in epoch 3, below float32's smallest normal number"),
+    (["--schedule", "texp", "--rescale-above", "1e39"], "--rescale-above", "float32's largest value / 4"),
+    (["--schedule", "texp", "--rescale-above", f"{RESCALE_ABOVE_MAX * 1.01!r}"], "--rescale-above", "/ 4"),
+    (["--seed", str(2**64)], "--seed", "[0, 18446744073709551615]"),
+    (["--seed", "0", str(2**64)], "--seed", "torch.manual_seed"),
+    (["--epochs", "100000000"], "--epochs", "[1, 100000]"),
+])
+def test_values_out_of_range_are_one_line_naming_the_flag_and_nothing_is_created(argv, flag, words, npz, tmp_path,
+                                                                                 capsys):
+    refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, *argv], capsys, flag, words)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_largest_values_in_range_still_train(npz, tmp_path):
+    """A seed of 2**64 - 1 (torch.manual_seed's largest) and rescale_above at its bound."""
+    assert main(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "1", "--seed", str(2**64 - 1),
+                 "--schedule", "texp", "--rescale-above", repr(RESCALE_ABOVE_MAX)]) == 0
+    assert len(read_metrics(tmp_path / "texp" / f"seed{2**64 - 1}")) == 1
+
+
+def test_the_schedule_must_fit_in_memory_and_is_checked_before_it_is_built(npz, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(hardware, "available_memory", lambda: 10 * 2**20)  # 10 MiB
+
+    def never(*args, **kwargs):
+        raise AssertionError("the schedule was built before its size was checked")
+
+    monkeypatch.setattr(config_mod, "step_decay", never)
+    # 10,000 epochs x 6 steps x 256 bytes = 15 MB
+    refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "10000"], capsys, "--epochs",
+            "0.0143 GiB of memory, more than the 0.00977 GiB available")
+    assert not any(tmp_path.iterdir())
+
+
+def test_available_memory_is_the_smaller_of_memavailable_and_the_cgroup_limit(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n")
+    (tmp_path / "memory.max").write_text("3000000000\n")
+    (tmp_path / "memory.current").write_text("1000000000\n")
+    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 2_000_000_000
+    (tmp_path / "memory.max").write_text("max\n")
+    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 4_096_000_000
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("1500000000")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("500000000")
+    assert hardware.available_memory(v1, tmp_path / "meminfo") == 1_000_000_000
+    assert hardware.available_memory(tmp_path / "none", tmp_path / "none") is None
