@@ -1,10 +1,16 @@
-"""Run folders that are never lost or half-started: checks before start, lock, signals, resume, divergence, modes.
+"""Run folders that are never lost or half-started: checks before start, lock, signals, resume, divergence, a full
+disk, hand-edited and damaged files, modes.
 
 PreResNet8 on 192 generated images, batch 32 (6 steps per epoch): seconds per run on a CPU.  The
 signal tests run the CLI as a subprocess and interrupt it after its first epoch.
 """
+import errno
+import hashlib
 import json
 import os
+import struct
+import zipfile
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -15,6 +21,7 @@ import pytest
 import torch
 
 import explr.cifar10.engine as engine_mod
+from explr.cifar10 import files
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.data import CifarArrays, make_synthetic, write_npz
@@ -44,6 +51,27 @@ def fails_in_one_line(argv, capsys, match):
     return err
 
 
+def edit_checkpoint(run, edit):
+    """``edit(saved)`` on the run's checkpoint, recording its new sha256 in the manifest (a careful hand edit)."""
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)
+    edit(saved)
+    torch.save(saved, run / "checkpoint.pt")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(checkpoint_sha256=hashlib.sha256((run / "checkpoint.pt").read_bytes()).hexdigest(),
+                    checkpoint_sha256_writing=None)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def flip_a_tensor_byte(path):
+    """Flip one bit in the middle of the largest tensor's data (torch.load still reads the file)."""
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_length + extra_length + info.file_size // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
 # ----------------------------------------------------------------------------- validated before anything starts
 def test_every_run_is_checked_before_the_first_starts(npz, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
@@ -62,7 +90,12 @@ def test_output_folder_that_is_a_file_or_unwritable(npz, tmp_path, capsys):
     fails_in_one_line(["--data", npz, "--out", str(tmp_path / "afile"), *CLI_TINY], capsys, "is a file")
     fails_in_one_line(["--data", npz, "--out", str(tmp_path / "afile" / "deeper"), *CLI_TINY], capsys, "is a file")
     fails_in_one_line(["--data", npz, "--out", "/proc/explr-runs", *CLI_TINY], capsys, "cannot create folders")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "texp").write_text("x")  # a run's schedule folder is a file: checked before any run starts
+    for jobs in ("1", "2"):
+        fails_in_one_line(["--data", npz, "--out", str(tmp_path / "out"), *CLI_TINY, "--schedule", "step", "texp",
+                           "--jobs", jobs], capsys, f"{tmp_path / 'out' / 'texp'} is a file, not a folder")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["afile", "out", "texp"]
 
 
 def test_truncated_npz_and_constant_images_are_refused_before_start(arrays, tmp_path, capsys):
@@ -75,8 +108,32 @@ def test_truncated_npz_and_constant_images_are_refused_before_start(arrays, tmp_
                            source="flat", kind="npz")
         write_npz(tmp_path / "flat.npz", flat)
         fails_in_one_line(["--data", str(tmp_path / "flat.npz"), "--out", str(tmp_path / "o"), *CLI_TINY], capsys,
-                          "constant in channel(s) [0, 1, 2] (std 0)")
+                          "constant")  # the words are data.py's
     assert not (tmp_path / "o").exists()
+
+
+def _damage(run, damage):
+    if damage == "empty checkpoint":
+        (run / "checkpoint.pt").write_bytes(b"")
+    elif damage == "garbage checkpoint":
+        (run / "checkpoint.pt").write_bytes(os.urandom(300))
+    elif damage == "foreign checkpoint":
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, run / "checkpoint.pt")
+    elif damage == "truncated manifest":
+        (run / "manifest.json").write_text((run / "manifest.json").read_text()[:40])
+    elif damage == "manifest []":
+        (run / "manifest.json").write_text("[]")
+    elif damage == "flipped byte":
+        flip_a_tensor_byte(run / "checkpoint.pt")
+    elif damage == "wrong shapes":
+        edit_checkpoint(run, lambda saved: saved["model"].update({"conv.weight": torch.zeros(4, 3, 3, 3)}))
+    elif damage == "epoch -5":
+        edit_checkpoint(run, lambda saved: saved.update(epoch=-5))
+    elif damage == "lock is a folder":
+        (run / ".lock").unlink()
+        (run / ".lock").mkdir()
+    elif damage == "metrics cut mid-line":
+        (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text()[:60])
 
 
 @pytest.mark.parametrize("damage, match", [
@@ -84,23 +141,23 @@ def test_truncated_npz_and_constant_images_are_refused_before_start(arrays, tmp_
     ("garbage checkpoint", "is not a readable checkpoint"),
     ("foreign checkpoint", "is not a checkpoint of this engine"),
     ("truncated manifest", "manifest.json is unreadable"),
+    ("manifest []", "manifest.json is not a JSON object"),
+    ("flipped byte", "checkpoint.pt is not the file"),
+    ("wrong shapes", "checkpoint.pt does not fit this run's PreResNet8 (Error(s) in loading state_dict"),
+    ("epoch -5", "checkpoint.pt records epoch -5 with 1 metrics rows"),
+    ("lock is a folder", ".lock is not a file"),
+    ("metrics cut mid-line", "metrics.jsonl line 1 is not a JSON object"),
 ])
-def test_corrupt_run_files_name_what_to_delete(damage, match, npz, tmp_path, capsys):
+def test_damaged_or_hand_edited_run_files_are_one_line_naming_the_file_and_what_to_delete(damage, match, npz,
+                                                                                          tmp_path, capsys):
     args = ["--schedule", "step", "--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "1"]
     assert main(args) == 0
     run = tmp_path / "step" / "seed0"
-    if damage == "empty checkpoint":
-        (run / "checkpoint.pt").write_bytes(b"")
-    elif damage == "garbage checkpoint":
-        (run / "checkpoint.pt").write_bytes(os.urandom(300))
-    elif damage == "foreign checkpoint":
-        torch.save({"state_dict": {"w": torch.zeros(2)}}, run / "checkpoint.pt")
-    else:
-        (run / "manifest.json").write_text((run / "manifest.json").read_text()[:40])
+    _damage(run, damage)
     before = snapshot(run)
     err = fails_in_one_line([*args, "--resume"], capsys, match)
     assert "delete" in err
-    assert snapshot(run) == before
+    assert snapshot(run) == before and (run / ".lock").exists()  # nothing written, a finished run stays finished
 
 
 def test_resume_compares_resolved_values_and_checks_data_of_finished_runs(arrays, npz, tmp_path, capsys):
@@ -117,6 +174,105 @@ def test_resume_compares_resolved_values_and_checks_data_of_finished_runs(arrays
     other_args = [a if a != npz else str(tmp_path / "other.npz") for a in args]
     fails_in_one_line([*other_args, "--resume"], capsys, "trained on other data")  # a finished run, too
     assert snapshot(run) == before
+
+
+def test_a_resumed_run_counts_a_setting_its_checkpoint_lacks_as_that_settings_default(arrays, tmp_path):
+    """A field added to TrainConfig later must not make every older checkpoint refuse to resume."""
+    cfg = TrainConfig(**{**TINY, "epochs": 2}, schedule="step")
+    train_run(cfg, tmp_path, arrays, progress=False, stop_after=1)
+    edit_checkpoint(tmp_path, lambda saved: saved["config"].pop("corrections"))  # as if written before it existed
+    assert train_run(cfg, tmp_path, arrays, progress=False, resume=True).epochs_done == 2
+    with pytest.raises(RunError, match="other settings: corrections='all' \\(now 'none'\\)"):
+        train_run(TrainConfig(**{**TINY, "epochs": 2}, schedule="step", corrections="none"), tmp_path, arrays,
+                  resume=True, progress=False)
+
+
+def test_metrics_lines_that_do_not_parse_are_named_and_a_killed_epochs_partial_line_is_dropped(arrays, tmp_path):
+    cfg = TrainConfig(**{**TINY, "epochs": 2}, schedule="step")
+    run = tmp_path / "step" / "seed0"
+    train_run(cfg, run, arrays, progress=False, stop_after=1)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 2, "step": 12, "train_lo')  # the partial write of a killed epoch
+    (r,) = load_runs(tmp_path)
+    assert list(r["metrics"]["epoch"]) == [1]
+    assert train_run(cfg, run, arrays, progress=False, resume=True).epochs_done == 2
+    assert [row["epoch"] for row in read_metrics(run)] == [1, 2]
+    good = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(good[:len(good) - 30])  # a finished run's metrics cut mid-line
+    with pytest.raises(RunError, match="metrics.jsonl line 2 is not a JSON object .*delete the file and rerun with "
+                                       "--resume"):
+        load_runs(tmp_path)
+    (run / "metrics.jsonl").unlink()  # as the message says: rewritten from the checkpoint
+    assert train_run(cfg, run, arrays, progress=False, resume=True).message == "already finished"
+    assert (run / "metrics.jsonl").read_text() == good
+    (run / "manifest.json").write_text("null")
+    with pytest.raises(RunError, match="manifest.json is not a JSON object"):
+        load_runs(tmp_path)
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs, nothing records it."""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_process_killed_around_a_checkpoint_write_leaves_a_run_that_resumes(when, arrays, tmp_path, monkeypatch):
+    """The manifest records the new checkpoint's sha256 before it is written: either checkpoint is accepted."""
+    real, calls = files.atomic_write, []
+
+    def write(path, fn):
+        if Path(path).name == "checkpoint.pt":
+            calls.append(path)
+            if len(calls) == 2 and when == "before":
+                raise Killed()
+            real(path, fn)
+            if len(calls) == 2:
+                raise Killed()
+        else:
+            real(path, fn)
+
+    monkeypatch.setattr(files, "atomic_write", write)
+    cfg = TrainConfig(**TINY, schedule="step")
+    with pytest.raises(Killed):
+        train_run(cfg, tmp_path, arrays, progress=False)
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["epoch"] == (1 if when == "before" else 2)
+    assert train_run(cfg, tmp_path, arrays, progress=False, resume=True).epochs_done == 3
+
+
+def full_disk(monkeypatch, name, nth, stays_full):
+    """The ``nth`` write of ``name`` fails as torch's zip writer fails on a full disk; ``stays_full``: every later
+    write fails too (else the space freed by the failed write lets the manifest through)."""
+    real, counts, full = files.atomic_write, {}, []
+
+    def write(path, fn):
+        counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
+        if (Path(path).name == name and counts[name] == nth) or (full and stays_full):
+            full.append(path)
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as err:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 320 vs 0") from err
+        real(path, fn)
+
+    monkeypatch.setattr(files, "atomic_write", write)
+
+
+@pytest.mark.parametrize("name, nth, stays_full, kept", [  # metrics.jsonl is written at the start, then every epoch
+    ("checkpoint.pt", 2, False, 1), ("metrics.jsonl", 3, False, 2), ("checkpoint.pt", 2, True, 1)])
+def test_a_full_disk_is_one_line_exit_6_and_the_run_resumes_once_there_is_space(name, nth, stays_full, kept, npz,
+                                                                                 tmp_path, capsys, monkeypatch):
+    args = ["--schedule", "step", "--data", npz, "--out", str(tmp_path), *CLI_TINY]
+    run = tmp_path / "step" / "seed0"
+    full_disk(monkeypatch, name, nth, stays_full)
+    assert main(args) == 6
+    err = capsys.readouterr().err
+    assert err.strip() == (f"disk full while writing {run / name}; the checkpoint of epoch {kept} is intact; free "
+                           "space and rerun with --resume"), err
+    assert json.loads((run / "manifest.json").read_text())["status"] == ("running" if stays_full else "interrupted")
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == kept
+    monkeypatch.undo()
+    assert main([*args, "--resume"]) == 0
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
 
 
 # ----------------------------------------------------------------------------- the lock

@@ -10,7 +10,8 @@ The training options come from :class:`explr.cifar10.config.TrainConfig`'s field
 
 Exit codes: 0 every run finished; 2 bad settings, data or run folders (one line, nothing written);
 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker or cluster job
-failed; 130 SIGINT, 143 SIGTERM (the runs say "interrupted"; ``--resume`` continues them).
+failed; 6 the disk filled up (one line; the run says "interrupted" if its manifest could still be
+written); 130 SIGINT, 143 SIGTERM (the runs say "interrupted"; ``--resume`` continues them).
 
 A value that looks like a negative number is a value, not an option: ``--wd -1e-4`` reads as
 ``--wd=-1e-4`` (and is refused by the rule of ``--wd``), as argparse alone reads only ``-1`` and ``-.5`` so.
@@ -21,12 +22,12 @@ import argparse
 import sys
 
 from .config import add_config_arguments, configs_from_args
-from .runs import exit_code, handle_signals
+from .runs import DiskFull, exit_code, handle_signals
 from .sweep import EXIT_DIVERGED, EXIT_LOCKED, run_many, submit
 
 __all__ = ["main", "build_parser"]
 
-EXIT_FAILED = 5
+EXIT_FAILED, EXIT_DISK_FULL = 5, 6
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,6 +127,9 @@ def main(argv=None) -> int:
                 results = run_many(configs, args.out, jobs=args.jobs, resume=args.resume, progress=args.progress)
         except ValueError as err:  # settings, device, data, run folders: nothing was written
             parser.error(str(err))
+        except DiskFull as err:
+            print(err, file=sys.stderr)
+            return EXIT_DISK_FULL
         except KeyboardInterrupt as err:
             print("interrupted; the runs keep their last checkpoints: rerun with --resume", file=sys.stderr)
             return exit_code(err)

@@ -1,71 +1,91 @@
-"""One run of the CIFAR-10 engine on disk: its folder, lock, manifest, metrics, checkpoint, resume and signals.
+"""One run of the CIFAR-10 engine: train it into its folder, with resume, signals, divergence and a full disk.
 
-One run = one (schedule, seed) pair trained for ``epochs`` epochs, written to ``<out>/<schedule>/seed<seed>/``::
+One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<schedule>/seed<seed>/``
+(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`, whose public names
+are importable from here too).  Metrics (``METRIC_KEYS``, one JSON object per finished epoch) report the
+schedule's lr (``lr``; ``null`` beyond float64, where only ``log_lr`` = ln lr says it), the optimizer's
+actual lr (``lr_opt``), the accumulated rescaling factor R = lr_opt/lr = 2^``log2_rescale`` (``rescale``),
+‖θ‖ in the schedule's units (``weight_norm`` = ‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖²
+(Li & Arora 2020, Lemma 1.3).
 
-    manifest.json    full config, resolved device/precision/threads, data source (name, kind, sha256), git
-                     commit, torch version, status ("running", "finished", "diverged", "interrupted")
-    metrics.jsonl    one JSON object per finished epoch (see ``METRIC_KEYS``); rewritten atomically
-    checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
-    .lock            held (``fcntl.flock``) by the process training the run; holds its pid
-
-Metrics report the schedule's lr (``lr``; ``null`` beyond float64, where only ``log_lr`` = ln lr says it),
-the optimizer's actual lr (``lr_opt``), the accumulated rescaling factor R = lr_opt/lr = 2^``log2_rescale``
-(``rescale``), ‖θ‖ in the schedule's units (``weight_norm`` = ‖θ_opt‖/√R) and the effective lr,
-lr/‖θ‖² = lr_opt/‖θ_opt‖² (Li & Arora 2020, Lemma 1.3).
-
-Safety.  :func:`check_run` inspects a run folder without writing anything: a folder held by a live
-process, a run that exists without ``resume``, a corrupt manifest or checkpoint (the message says
-what to delete), or a resume with other trajectory-defining settings, other *resolved* device type,
-precision or CPU threads, or other data (sha256, also for finished runs) is a :class:`RunError`.
-:func:`train_run` takes the lock, removes temporary files a killed writer left, checks again and
-trains.  SIGINT or SIGTERM (:func:`handle_signals`) ends a run with status "interrupted" and the
-checkpoint of its last finished epoch intact; ``resume=True`` continues it exactly.
+Safety.  :func:`train_run` checks the folder (:func:`~explr.cifar10.runfolder.check_run`) and builds the
+trainer before it creates anything, then takes the lock, removes temporary files a killed writer left,
+checks again and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
+the one being written, then as the one written), so a resume notices a damaged checkpoint.  SIGINT or
+SIGTERM (:func:`handle_signals`) ends a run with status "interrupted" and the checkpoint of its last
+finished epoch intact, as does a full disk (:class:`DiskFull`); ``resume=True`` continues it exactly.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import errno
-import fcntl
 import json
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig
+from . import files
+from .config import RESOLVED_KEYS, TrainConfig
 from .data import CifarArrays, load_cifar10
 from .engine import Trainer, TrainingDiverged
-from .files import atomic_write, remove_leftovers, write_json
-from .hardware import device_name, resolve_device, resolve_precision, resolve_threads
+from .hardware import device_name
+from .runfolder import (
+    CHECKPOINT,
+    FORMAT,
+    MANIFEST,
+    METRICS,
+    DiskFull,
+    RunError,
+    RunLock,
+    RunLocked,
+    Terminated,
+    check_run,
+    check_writable,
+    config_record,
+    exit_code,
+    handle_signals,
+    load_checkpoint,
+    load_runs,
+    lock_holder,
+    read_manifest,
+    read_metrics,
+    resolved_settings,
+    run_dir,
+    serialize_checkpoint,
+    write_file,
+)
 
 __all__ = [
     "FORMAT",
     "METRIC_KEYS",
     "TIMING_KEYS",
+    "DiskFull",
     "RunError",
     "RunLocked",
     "Terminated",
     "RunResult",
     "RunLock",
     "check_run",
+    "check_writable",
+    "exit_code",
     "handle_signals",
     "lock_holder",
     "load_runs",
     "read_metrics",
+    "resolved_settings",
     "run_dir",
+    "summary",
+    "summary_from_folder",
     "train_run",
 ]
 
-FORMAT = "explr.cifar10/1"
 METRIC_KEYS = (
     "epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
     "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr", "seconds", "train_seconds",
@@ -73,260 +93,6 @@ METRIC_KEYS = (
 )
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
-CHECKPOINT = "checkpoint.pt"
-METRICS = "metrics.jsonl"
-MANIFEST = "manifest.json"
-LOCK = ".lock"
-CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
-
-
-class RunError(ValueError):
-    """A run folder cannot be used as asked (exists, corrupt, other settings or data); one line, says what to do."""
-
-
-class RunLocked(RunError):
-    """Another live process holds the run folder's lock."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived (raised by the handler of :func:`handle_signals`)."""
-
-
-# ----------------------------------------------------------------------------- reading runs
-def run_dir(out, schedule: str, seed: int) -> Path:
-    """Where a run lives: ``<out>/<schedule>/seed<seed>``."""
-    return Path(out) / schedule / f"seed{seed}"
-
-
-def read_metrics(path) -> list[dict]:
-    """The per-epoch rows of a run (``path``: its directory or its metrics.jsonl)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def load_runs(out) -> list[dict]:
-    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).
-
-    A manifest that says "running" while no process holds the run's lock belongs to a process that was
-    killed (SIGKILL, a crash, a lost node): it is reported as "interrupted".
-    """
-    runs = []
-    for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("status") == "running" and not lock_holder(manifest_path.parent)[1]:
-            manifest.update(status="interrupted", message="its process died without recording it (killed?); "
-                            "--resume continues from the last checkpoint")
-        rows = read_metrics(manifest_path.parent) if (manifest_path.parent / METRICS).exists() else []
-        metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
-        cfg = manifest["config"]
-        runs.append({"schedule": cfg["schedule"], "seed": cfg["seed"], "dir": manifest_path.parent,
-                     "manifest": manifest, "metrics": metrics})
-    return runs
-
-
-# ----------------------------------------------------------------------------- the lock
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-        return int(text) if text else None
-    except (OSError, ValueError):
-        return None
-
-
-def lock_holder(folder) -> tuple[int | None, bool]:
-    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing."""
-    path = Path(folder) / LOCK
-    if not path.is_file():
-        return None, False
-    pid = _read_pid(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return pid, False
-    except BlockingIOError:
-        return pid, True
-    finally:
-        os.close(fd)
-
-
-class RunLock:
-    """An exclusive ``fcntl.flock`` on ``folder/.lock`` for the whole run; the file holds the holder's pid.
-
-    The kernel releases the lock when its process dies, however it dies.  A pid left in the file with
-    no lock held is a stale lock of a process that was killed: :attr:`stale_pid` reports it.
-    """
-
-    def __init__(self, folder):
-        self.path = Path(folder) / LOCK
-        self.fd = None
-        self.stale_pid = None
-
-    def __enter__(self) -> "RunLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        for attempt in range(20):  # a concurrent check_run holds a shared lock for microseconds
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == 19:
-                    pid = _read_pid(self.path)
-                    os.close(fd)
-                    raise RunLocked(_locked_message(self.path.parent, pid)) from None
-                time.sleep(0.05)
-        previous = _read_pid(self.path)
-        self.stale_pid = previous if previous not in (None, os.getpid()) else None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly, not stale
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = None
-
-
-def _locked_message(folder: Path, pid: int | None) -> str:
-    who = f"process {pid}" if pid else "another process"
-    alive = "" if pid is None or _pid_alive(pid) else " (on another machine?)"
-    return (f"{folder} is being trained by {who}{alive}, which holds {folder / LOCK}; wait for it to finish or stop "
-            "it, then use --resume")
-
-
-# ----------------------------------------------------------------------------- signals
-@contextlib.contextmanager
-def handle_signals():
-    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, each once: later signals are
-    ignored, so that the interrupted run can record its status.  Main thread only; restores the handlers."""
-    fired = []
-
-    def handler(signum, frame):
-        if fired:
-            return
-        fired.append(signum)
-        raise (Terminated if signum == signal.SIGTERM else KeyboardInterrupt)()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
-    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
-
-
-# ----------------------------------------------------------------------------- checking a run folder
-@dataclass
-class RunCheck:
-    """What :func:`check_run` found: ``state`` is "new", "resume" or "finished"; ``note`` a line to show."""
-
-    state: str
-    epochs_done: int = 0
-    note: str = ""
-
-
-def _config_dict(config: TrainConfig) -> dict:
-    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
-    name, kind and sha256 in the manifest's ``data``)."""
-    d = asdict(config)
-    d["decay_epochs"] = config.milestones()
-    if d["data"] not in ("auto", "synthetic"):
-        d["data"] = Path(d["data"]).name
-    d["data_root"] = None
-    return d
-
-
-def resolved_settings(config: TrainConfig, jobs: int = 1) -> dict:
-    """The values of :data:`RESOLVED_KEYS` on this machine (device, precision, CPU threads)."""
-    device = resolve_device(config.device)
-    return {"device": str(device), "precision": resolve_precision(config.precision, device),
-            "threads": resolve_threads(config.threads, device, jobs)}
-
-
-def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    diff = []
-    if saved.get("device") and torch.device(saved["device"]).type != torch.device(now["device"]).type:
-        diff.append(f"device={saved['device']!r} (now {now['device']!r})")
-    if saved.get("precision") and saved["precision"] != now["precision"]:
-        diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
-    if torch.device(now["device"]).type == "cpu" and saved.get("threads") and saved["threads"] != now["threads"]:
-        diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
-                    f"--threads {saved['threads']})")
-    return diff
-
-
-def _load_checkpoint(path: Path) -> dict:
-    folder = path.parent
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
-        raise RunError(f"{path} is not a readable checkpoint ({reason[:160]}); delete the folder {folder} to train "
-                       "this run again from the start") from None
-    if not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS):
-        raise RunError(f"{path} is not a checkpoint of this engine (expected the keys {', '.join(CHECKPOINT_KEYS)}); "
-                       f"delete the folder {folder} to train this run again from the start")
-    return saved
-
-
-def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
-              holding_lock: bool = False) -> RunCheck:
-    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
-
-    ``holding_lock``: the caller holds the folder's :class:`RunLock` (skip the lock check)."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise RunError(f"--out: {folder} exists and is not a folder")
-    if not folder.is_dir():
-        return RunCheck("new")
-    pid, held = lock_holder(folder) if not holding_lock else (None, False)
-    if held:
-        raise RunLocked(_locked_message(folder, pid))
-    note = (f"{folder}: stale lock of process {pid}, which is no longer running (killed?); its last checkpoint "
-            "is kept") if pid and not held else ""
-    ckpt, manifest, metrics = folder / CHECKPOINT, folder / MANIFEST, folder / METRICS
-    if not resume and (ckpt.exists() or metrics.exists()):
-        raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
-                       + (f" ({note})" if note else ""))
-    saved_manifest = {}
-    if manifest.exists():
-        try:
-            saved_manifest = json.loads(manifest.read_text())
-        except (ValueError, OSError) as err:
-            raise RunError(f"{manifest} is unreadable ({err}); delete it (--resume rebuilds it from {CHECKPOINT})"
-                           if ckpt.exists() else f"{manifest} is unreadable ({err}); delete the folder {folder}")
-    if not ckpt.exists():
-        return RunCheck("new", note=note)
-    saved = _load_checkpoint(ckpt)
-    cfg = _config_dict(config)
-    diff = [f"{k}={saved['config'].get(k)!r} (now {cfg.get(k)!r})" for k in TRAJECTORY_KEYS
-            if saved["config"].get(k) != cfg.get(k)]
-    diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
-    if diff:
-        raise RunError(f"--resume: the run in {folder} was made with other settings: {', '.join(diff)}")
-    if saved["data_sha256"] != arrays.sha256:
-        raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
-                       f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
-    done = int(saved["epoch"])
-    return RunCheck("finished" if done >= config.epochs else "resume", done, note)
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -357,7 +123,7 @@ def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: Cif
     if device_name(trainer.device) not in devices:
         devices.append(device_name(trainer.device))
     return {**previous,
-            "format": FORMAT, "status": "running", "message": "", "config": _config_dict(c),
+            "format": FORMAT, "status": "running", "message": "", "config": config_record(c),
             "resolved": {
                 "device": str(trainer.device), "precision": trainer.precision, "steps_per_epoch": S,
                 "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
@@ -389,7 +155,7 @@ class RunResult:
 
 
 def _write_metrics(path, rows) -> None:
-    atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    write_file(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
 
 
 def _exp(log_value: float) -> float | None:
@@ -432,52 +198,63 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
     ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
     is) and starts fresh otherwise.  Problems with the folder raise :class:`RunError` before anything
-    is written.  ``stop_after=k`` stops after epoch k (status "interrupted"; to test resuming).
-    Raises :class:`TrainingDiverged` when the run diverges (:mod:`explr.cifar10.engine`) and
-    ``KeyboardInterrupt`` (or :class:`Terminated`) when interrupted; both keep the checkpoint of the
-    last finished epoch and record the status in the manifest.
+    is written, and the trainer is built before anything is created.  ``stop_after=k`` stops after epoch
+    k (status "interrupted"; to test resuming).  Raises :class:`TrainingDiverged` when the run diverges
+    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`Terminated`) when interrupted and
+    :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and record
+    the status in the manifest (a full disk: if the manifest can still be written).
     """
     config.validate()
     arrays = load_cifar10(config.data, config.data_root) if arrays is None else arrays
     resolved = resolved_settings(config)
     out = Path(out)
-    check_run(config, out, arrays, resume, resolved)  # before anything is created
+    trainer = None
+    if check_run(config, out, arrays, resume, resolved).state != "finished":  # before anything is created
+        torch.set_num_threads(resolved["threads"])
+        trainer = Trainer(config, arrays)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out) as lock:
-        remove_leftovers(out)
+        files.remove_leftovers(out)
         check = check_run(config, out, arrays, resume, resolved, holding_lock=True)
         if lock.stale_pid:
             print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
                   file=sys.stderr)
         if check.state == "finished":
-            saved = torch.load(out / CHECKPOINT, map_location="cpu", weights_only=True)
-            return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
-        torch.set_num_threads(resolved["threads"])
-        return _train(config, out, arrays, check.state == "resume", resolved, progress, position, stop_after)
+            return _finished(out)
+        trainer = trainer or Trainer(config, arrays)
+        return _train(config, out, arrays, trainer, check.state == "resume", resolved, progress, position, stop_after)
 
 
-def _train(config, out: Path, arrays, resume: bool, resolved: dict, progress, position, stop_after) -> RunResult:
+def _finished(out: Path) -> RunResult:
+    """A finished run as its checkpoint holds it; a deleted metrics.jsonl is rewritten from it."""
+    manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
+    saved = load_checkpoint(out, manifest)
+    if not (out / METRICS).exists():
+        _write_metrics(out / METRICS, saved["metrics"])
+    return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
+
+
+def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: dict, progress, position,
+           stop_after) -> RunResult:
     from tqdm import tqdm
 
     ckpt_path, manifest_path = out / CHECKPOINT, out / MANIFEST
-    trainer = Trainer(config, arrays)
     history, start, elapsed, previous = [], 0, 0.0, {}
     if resume:
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        previous = read_manifest(manifest_path) if manifest_path.exists() else {}
+        saved = load_checkpoint(out, previous)
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
         if trainer.initial_loss is None and history:  # checkpoints written before the explosion check
             trainer.initial_loss = history[0]["train_loss"]
-        if manifest_path.exists():
-            previous = json.loads(manifest_path.read_text())
     manifest = _manifest(previous, config, trainer, arrays, start, elapsed)
-    write_json(manifest_path, manifest)
-    _write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
                disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
     status, message, epoch = "finished", "", start
     try:
+        write_file(manifest_path, _json(manifest))
+        _write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
         for epoch in range(start, config.epochs):
             t0 = time.perf_counter()
             sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
@@ -485,14 +262,15 @@ def _train(config, out: Path, arrays, resume: bool, resolved: dict, progress, po
             evaluation = trainer.evaluate()
             row = _epoch_row(trainer, epoch, sums, evaluation, (t0, t1, time.perf_counter()))
             elapsed += time.perf_counter() - t0
+            state = {**trainer.state_dict(), "epoch": epoch + 1, "metrics": history + [row],
+                     "config": config_record(config), "resolved": {k: resolved[k] for k in RESOLVED_KEYS},
+                     "data_sha256": arrays.sha256, "elapsed": elapsed, "format": FORMAT}
+            digest = _save_checkpoint(out, manifest, state)
             history.append(row)
-            state = {**trainer.state_dict(), "epoch": epoch + 1, "metrics": history, "config": _config_dict(config),
-                     "resolved": {k: resolved[k] for k in RESOLVED_KEYS}, "data_sha256": arrays.sha256,
-                     "elapsed": elapsed, "format": FORMAT}
-            atomic_write(ckpt_path, lambda f: torch.save(state, f))  # first the checkpoint, then the metrics:
             _write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
-            manifest.update({"updated": _now(), "epochs_done": epoch + 1, "elapsed_seconds": elapsed})
-            write_json(manifest_path, manifest)
+            manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
+                             "epochs_done": epoch + 1, "elapsed_seconds": elapsed})
+            write_file(manifest_path, _json(manifest))
             bar.update((epoch + 1) * S - bar.n)
             bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
                              "test": f"{row['test_acc']:.3f}"})
@@ -511,10 +289,33 @@ def _train(config, out: Path, arrays, resume: bool, resolved: dict, progress, po
                    "--resume continues from it")
         _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
         raise
+    except DiskFull as err:
+        kept = f"the checkpoint of epoch {len(history)} is intact" if history else "no epoch was saved yet"
+        message = f"disk full while writing {err.path}; {kept}; free space and rerun with --resume"
+        try:  # the manifest may not fit either: then it stays "running", which load_runs reads as interrupted
+            _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
+        except (DiskFull, OSError):
+            pass
+        raise DiskFull(err.path, message) from None
     finally:
         bar.close()
     _finish(manifest_path, manifest, status, message, elapsed, history)
     return RunResult(out, status, len(history), history, message)
+
+
+def _save_checkpoint(out: Path, manifest: dict, state: dict) -> str:
+    """Write ``state`` as the checkpoint; returns its sha256, which the manifest records first as the one being
+    written: a process killed between the writes leaves a manifest that accepts whichever checkpoint is there."""
+    data, digest = serialize_checkpoint(state)
+    manifest["checkpoint_sha256_writing"] = digest
+    write_file(out / MANIFEST, _json(manifest))
+    write_file(out / CHECKPOINT, lambda f: f.write(data))
+    return digest
+
+
+def _json(obj):
+    """A writer of ``obj`` as indented JSON, for :func:`write_file`."""
+    return lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode())
 
 
 def _progress(bar, first_step: int, history: list):
@@ -533,7 +334,7 @@ def _finish(path: Path, manifest: dict, status: str, message: str, elapsed: floa
                      "epochs_done": len(history)})
     if history:
         manifest["final"] = {k: history[-1][k] for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")}
-    write_json(path, manifest)
+    write_file(path, _json(manifest))
 
 
 def summary(result: RunResult) -> dict:
@@ -546,26 +347,9 @@ def summary_from_folder(folder) -> dict:
     """The summary of a run as its manifest tells it (for runs trained by other processes)."""
     folder = Path(folder)
     try:
-        m = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
+        m = read_manifest(folder / MANIFEST)
+        rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+    except (OSError, RunError):
         return {"out": str(folder), "status": "not started", "epochs_done": 0, "message": "", "final": None}
-    rows = read_metrics(folder) if (folder / METRICS).exists() else []
     return {"out": str(folder), "status": m.get("status"), "epochs_done": m.get("epochs_done", len(rows)),
             "message": m.get("message", ""), "final": rows[-1] if rows else None}
-
-
-def check_writable(path) -> None:
-    """Raise :class:`RunError` unless folders can be created at ``path`` (tried and removed: nothing is left)."""
-    import tempfile
-
-    path = Path(path).expanduser()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise RunError(f"--out: {probe} is a file, not a folder: cannot create {path}")
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
-    except OSError as err:
-        reason = errno.errorcode.get(err.errno, "") or str(err)
-        raise RunError(f"--out: cannot create folders in {probe} ({reason}: {err.strerror}); choose another --out") from None

@@ -1,0 +1,478 @@
+"""One run's folder on disk: its files, the lock, signals, writes that may fill the disk, and every check made
+before the folder is used.  :mod:`explr.cifar10.runs` trains into it (and re-exports the public names).
+
+A run lives in ``<out>/<schedule>/seed<seed>/``::
+
+    manifest.json    full config, resolved device/precision/threads, data source (name, kind, sha256), git
+                     commit, torch version, status ("running", "finished", "diverged", "interrupted") and
+                     ``checkpoint_sha256``, the sha256 of checkpoint.pt as last written (the digest of the one
+                     being written, ``checkpoint_sha256_writing``, is recorded before it is written)
+    metrics.jsonl    one JSON object per finished epoch; rewritten atomically
+    checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
+    .lock            held (``fcntl.flock``) by the process training the run; holds its pid
+
+Checks.  :func:`check_run` inspects a run folder without writing anything and raises :class:`RunError`
+(one line, saying what to do) for: a path to it through a file; a ``.lock`` that is not a file; a folder
+held by a live process (:class:`RunLocked`); a run that exists without ``resume``; a manifest that is not a
+readable JSON object; a checkpoint that is unreadable, not this engine's, or not the file the manifest
+recorded (sha256: torch's zip reader does not notice a flipped byte of tensor data); a resume with other
+trajectory-defining settings (a setting the saved config lacks counts as its default), other *resolved*
+device type, precision or CPU threads, or other data (sha256, also for finished runs); a checkpoint whose
+epoch or tensors do not fit the run; a finished run whose metrics.jsonl does not parse.
+
+Writes (:func:`write_file`) are atomic; a full disk (``ENOSPC`` or ``EDQUOT`` anywhere in the error's
+chain, as torch's zip writer hides it) is raised as :class:`DiskFull`.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import io
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models import PreResNet
+from . import files
+from .config import TRAJECTORY_KEYS, TrainConfig
+from .data import CifarArrays
+from .hardware import resolve_device, resolve_precision, resolve_threads
+
+__all__ = [
+    "FORMAT",
+    "CHECKPOINT",
+    "METRICS",
+    "MANIFEST",
+    "LOCK",
+    "DiskFull",
+    "RunError",
+    "RunLocked",
+    "Terminated",
+    "RunCheck",
+    "RunLock",
+    "check_run",
+    "check_writable",
+    "config_record",
+    "exit_code",
+    "handle_signals",
+    "load_checkpoint",
+    "load_runs",
+    "lock_holder",
+    "read_manifest",
+    "read_metrics",
+    "resolved_settings",
+    "run_dir",
+    "serialize_checkpoint",
+    "write_file",
+]
+
+FORMAT = "explr.cifar10/1"
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+
+class RunError(ValueError):
+    """A run folder cannot be used as asked (exists, corrupt, other settings or data); one line, says what to do."""
+
+
+class RunLocked(RunError):
+    """Another process holds the run folder's lock, or took the folder after it was checked."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised by the handler of :func:`handle_signals`)."""
+
+
+class DiskFull(Exception):
+    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
+
+    def __init__(self, path, message: str = ""):
+        self.path = Path(path)
+        super().__init__(message or f"disk full while writing {path}")
+
+
+# ----------------------------------------------------------------------------- reading runs
+def run_dir(out, schedule: str, seed: int) -> Path:
+    """Where a run lives: ``<out>/<schedule>/seed<seed>``."""
+    return Path(out) / schedule / f"seed{seed}"
+
+
+def read_manifest(path) -> dict:
+    """The manifest at ``path`` (a JSON object); :class:`RunError` naming the file and what to delete otherwise."""
+    path = Path(path)
+    remedy = (f"delete it (--resume rebuilds it from {CHECKPOINT})" if (path.parent / CHECKPOINT).exists()
+              else f"delete the folder {path.parent}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, OSError) as err:
+        raise RunError(f"{path} is unreadable ({err}); {remedy}") from None
+    if not isinstance(manifest, dict):
+        raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}; hand-edited?); {remedy}")
+    return manifest
+
+
+def read_metrics(path, *, drop_partial_last: bool = False) -> list[dict]:
+    """The per-epoch rows of a run (``path``: its directory or its metrics.jsonl).
+
+    A line that is not a JSON object is a :class:`RunError` naming the file and the line;
+    ``drop_partial_last``: an unparsable last line is dropped instead (the partial write of a killed epoch).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if drop_partial_last and number == len(lines):
+                break
+            row = None
+        if not isinstance(row, dict):
+            raise RunError(f"{path} line {number} is not a JSON object (truncated or hand-edited?); delete the file "
+                           f"and rerun with --resume: it is rewritten from {CHECKPOINT}")
+        rows.append(row)
+    return rows
+
+
+def load_runs(out) -> list[dict]:
+    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).
+
+    A manifest that says "running" while no process holds the run's lock belongs to a process that was
+    killed (SIGKILL, a crash, a lost node): it is reported as "interrupted", and a partial last line of
+    its metrics is dropped.  A manifest or metrics line that does not parse is a :class:`RunError`.
+    """
+    runs = []
+    for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
+        manifest = read_manifest(manifest_path)
+        if manifest.get("status") == "running" and not lock_holder(manifest_path.parent)[1]:
+            manifest.update(status="interrupted", message="its process died without recording it (killed?); "
+                            "--resume continues from the last checkpoint")
+        metrics_path = manifest_path.parent / METRICS
+        rows = (read_metrics(metrics_path, drop_partial_last=manifest.get("status") != "finished")
+                if metrics_path.exists() else [])
+        metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
+        cfg = manifest.get("config")
+        if not isinstance(cfg, dict) or "schedule" not in cfg or "seed" not in cfg:
+            raise RunError(f"{manifest_path} has no config with schedule and seed (hand-edited?); delete the folder "
+                           f"{manifest_path.parent}")
+        runs.append({"schedule": cfg["schedule"], "seed": cfg["seed"], "dir": manifest_path.parent,
+                     "manifest": manifest, "metrics": metrics})
+    return runs
+
+
+# ----------------------------------------------------------------------------- the lock
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def lock_holder(folder) -> tuple[int | None, bool]:
+    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing."""
+    path = Path(folder) / LOCK
+    if not path.is_file():
+        return None, False
+    pid = _read_pid(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return pid, False
+    except BlockingIOError:
+        return pid, True
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``folder/.lock`` for the whole run; the file holds the holder's pid.
+
+    The kernel releases the lock when its process dies, however it dies.  A pid left in the file with
+    no lock held is a stale lock of a process that was killed: :attr:`stale_pid` reports it.
+    """
+
+    def __init__(self, folder):
+        self.path = Path(folder) / LOCK
+        self.fd = None
+        self.stale_pid = None
+
+    def __enter__(self) -> "RunLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        for attempt in range(20):  # a concurrent check_run holds a shared lock for microseconds
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 19:
+                    pid = _read_pid(self.path)
+                    os.close(fd)
+                    raise RunLocked(_locked_message(self.path.parent, pid)) from None
+                time.sleep(0.05)
+        previous = _read_pid(self.path)
+        self.stale_pid = previous if previous not in (None, os.getpid()) else None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly, not stale
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
+def _locked_message(folder: Path, pid: int | None) -> str:
+    who = f"process {pid}" if pid else "another process"
+    alive = "" if pid is None or _pid_alive(pid) else " (on another machine?)"
+    return (f"{folder} is being trained by {who}{alive}, which holds {folder / LOCK}; wait for it to finish or stop "
+            "it, then use --resume")
+
+
+# ----------------------------------------------------------------------------- signals
+@contextlib.contextmanager
+def handle_signals():
+    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, each once: later signals are
+    ignored, so that the interrupted run can record its status.  Main thread only; restores the handlers."""
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            return
+        fired.append(signum)
+        raise (Terminated if signum == signal.SIGTERM else KeyboardInterrupt)()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+# ----------------------------------------------------------------------------- writing
+def _disk_full(err: BaseException | None) -> bool:
+    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def write_file(path, write) -> None:
+    """:func:`explr.cifar10.files.atomic_write`; a full disk is raised as :class:`DiskFull` naming ``path``."""
+    try:
+        files.atomic_write(path, write)
+    except (OSError, RuntimeError) as err:
+        if _disk_full(err):
+            raise DiskFull(path) from err
+        raise
+
+
+def serialize_checkpoint(state: dict) -> tuple[bytes, str]:
+    """The bytes ``torch.save`` makes of ``state``, and their sha256 (recorded in the manifest)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+# ----------------------------------------------------------------------------- checking a run folder
+@dataclass
+class RunCheck:
+    """What :func:`check_run` found: ``state`` is "new", "resume" or "finished"; ``note`` a line to show."""
+
+    state: str
+    epochs_done: int = 0
+    note: str = ""
+
+
+def config_record(config: TrainConfig) -> dict:
+    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
+    name, kind and sha256 in the manifest's ``data``)."""
+    d = asdict(config)
+    d["decay_epochs"] = config.milestones()
+    if d["data"] not in ("auto", "synthetic"):
+        d["data"] = Path(d["data"]).name
+    d["data_root"] = None
+    return d
+
+
+def resolved_settings(config: TrainConfig, jobs: int = 1) -> dict:
+    """The values of :data:`RESOLVED_KEYS` on this machine (device, precision, CPU threads)."""
+    device = resolve_device(config.device)
+    return {"device": str(device), "precision": resolve_precision(config.precision, device),
+            "threads": resolve_threads(config.threads, device, jobs)}
+
+
+def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
+    diff = []
+    if saved.get("device") and torch.device(saved["device"]).type != torch.device(now["device"]).type:
+        diff.append(f"device={saved['device']!r} (now {now['device']!r})")
+    if saved.get("precision") and saved["precision"] != now["precision"]:
+        diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
+    if torch.device(now["device"]).type == "cpu" and saved.get("threads") and saved["threads"] != now["threads"]:
+        diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
+                    f"--threads {saved['threads']})")
+    return diff
+
+
+def _settings_mismatch(saved: dict, config: TrainConfig) -> list[str]:
+    """The trajectory settings that differ; one the saved config lacks (added later) counts as its default."""
+    now = config_record(config)
+    return [f"{k}={saved.get(k, _DEFAULTS[k])!r} (now {now[k]!r})" for k in TRAJECTORY_KEYS
+            if saved.get(k, _DEFAULTS[k]) != now[k]]
+
+
+def load_checkpoint(folder, manifest: dict) -> dict:
+    """``folder/checkpoint.pt``, checked: readable, this engine's keys, and the file ``manifest`` recorded
+    (its sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
+    folder = Path(folder)
+    path = folder / CHECKPOINT
+    try:
+        data = path.read_bytes()
+        saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
+        raise RunError(f"{path} is not a readable checkpoint ({reason[:160]}); delete the folder {folder} to train "
+                       "this run again from the start") from None
+    if (not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS)
+            or not isinstance(saved["config"], dict) or not isinstance(saved["metrics"], list)):
+        raise RunError(f"{path} is not a checkpoint of this engine (expected the keys {', '.join(CHECKPOINT_KEYS)}); "
+                       f"delete the folder {folder} to train this run again from the start")
+    recorded = {manifest.get("checkpoint_sha256"), manifest.get("checkpoint_sha256_writing")} - {None}
+    if recorded and hashlib.sha256(data).hexdigest() not in recorded:
+        raise RunError(f"{path} is not the file {folder / MANIFEST} recorded (its sha256 differs: damaged or changed "
+                       f"since it was written); restore it from a backup, or delete it to train this run again from "
+                       "the start")
+    return saved
+
+
+def _check_epoch(saved: dict, config: TrainConfig, path: Path) -> None:
+    """The checkpoint's epoch is an integer in [1, epochs] with one metrics row per epoch."""
+    epoch, rows = saved["epoch"], len(saved["metrics"])
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= config.epochs or rows != epoch:
+        raise RunError(f"{path} records epoch {epoch!r} with {rows} metrics rows, not an epoch in [1, "
+                       f"{config.epochs}] with one row each (hand-edited?); restore it, or delete the folder "
+                       f"{path.parent} to train this run again from the start")
+
+
+def _check_states(saved: dict, config: TrainConfig, path: Path) -> None:
+    """The model and optimizer states load into this run's network (built on the meta device, then given the
+    saved tensors themselves: nothing is allocated or copied)."""
+    try:
+        with torch.device("meta"):
+            model = PreResNet(config.depth, invariant=config.invariant, eps=config.bn_eps)
+        model.load_state_dict(saved["model"], assign=True)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.SGD(params, lr=1.0, momentum=config.momentum)
+        optimizer.load_state_dict(saved["optimizer"])
+        for p in params:
+            buf = optimizer.state.get(p, {}).get("momentum_buffer")
+            if buf is not None and buf.shape != p.shape:
+                raise ValueError(f"a momentum buffer of shape {tuple(buf.shape)} for a weight of shape {tuple(p.shape)}")
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        reason = " ".join(str(err).split())[:160]
+        raise RunError(f"{path} does not fit this run's PreResNet{config.depth} ({reason}); restore it, or delete "
+                       f"the folder {path.parent} to train this run again from the start") from None
+
+
+def _check_tree(folder: Path) -> None:
+    """The first existing folder of ``folder``'s path (itself or a parent) must be a folder, not a file."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise RunError(f"--out: {p} is a file, not a folder: cannot create the run folder {folder}")
+            return
+
+
+def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
+              holding_lock: bool = False) -> RunCheck:
+    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
+
+    ``holding_lock``: the caller holds the folder's :class:`RunLock` (skip the lock check)."""
+    folder = Path(folder)
+    _check_tree(folder)
+    if not folder.is_dir():
+        return RunCheck("new")
+    if (folder / LOCK).exists() and not (folder / LOCK).is_file():
+        raise RunError(f"{folder / LOCK} is not a file (the run's lock is an ordinary file); delete it")
+    pid, held = lock_holder(folder) if not holding_lock else (None, False)
+    if held:
+        raise RunLocked(_locked_message(folder, pid))
+    note = (f"{folder}: stale lock of process {pid}, which is no longer running (killed?); its last checkpoint "
+            "is kept") if pid and not held else ""
+    ckpt, manifest, metrics = folder / CHECKPOINT, folder / MANIFEST, folder / METRICS
+    if not resume and (ckpt.exists() or metrics.exists()):
+        raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
+                       + (f" ({note})" if note else ""))
+    saved_manifest = read_manifest(manifest) if manifest.exists() else {}
+    if not ckpt.exists():
+        return RunCheck("new", note=note)
+    saved = load_checkpoint(folder, saved_manifest)
+    diff = _settings_mismatch(saved["config"], config)
+    diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
+    if diff:
+        raise RunError(f"--resume: the run in {folder} was made with other settings: {', '.join(diff)}")
+    if saved["data_sha256"] != arrays.sha256:
+        raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
+                       f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
+    _check_epoch(saved, config, ckpt)
+    _check_states(saved, config, ckpt)
+    done = saved["epoch"]
+    if done >= config.epochs and metrics.exists():
+        read_metrics(metrics)  # a finished run's metrics must parse (an unfinished run's are rewritten)
+    return RunCheck("finished" if done >= config.epochs else "resume", done, note)
+
+
+def check_writable(path) -> None:
+    """Raise :class:`RunError` unless folders can be created at ``path`` (tried and removed: nothing is left)."""
+    import tempfile
+
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunError(f"--out: {probe} is a file, not a folder: cannot create {path}")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
+    except OSError as err:
+        reason = errno.errorcode.get(err.errno, "") or str(err)
+        raise RunError(f"--out: cannot create folders in {probe} ({reason}: {err.strerror}); choose another --out") from None
