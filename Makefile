@@ -5,6 +5,9 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 N       ?=
 ARGS    ?=
+# One OpenMP thread per process for the chapters and the tests: their tensors are small, and two
+# 2-thread torch processes on a 2-core machine run many times slower than two 1-thread ones.
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: help install lock book test lint browser-check chapter execute unit clean
 
