@@ -91,6 +91,9 @@ def test_a_negative_number_is_the_value_of_its_flag(npz, tmp_path, capsys):
     (["--lr", "1e-39"], "--lr", "float32's normal range"),
     (["--schedule", "step", "--lr", "1e-36", "--decay-factor", "0.001", "--decay-epochs", "1", "2"], "--lr",
      "falls to 1e-42 in epoch 3, below float32's smallest normal number"),
+    (["--schedule", "cosine", "--lr", "2e-38"], "--lr", "falls to 5e-39 in epoch 3"),  # (1 + cos(2pi/3))/2 = 1/4
+    (["--schedule", "texp", "--lr", "1e-36", "--decay-factor", "0.001", "--decay-epochs", "1", "2"], "--lr",
+     "texp schedule's lr as the optimizer plays it (rescaled) falls to"),
     (["--schedule", "texp", "--rescale-above", "1e39"], "--rescale-above", "float32's largest value / 4"),
     (["--schedule", "texp", "--rescale-above", f"{RESCALE_ABOVE_MAX * 1.01!r}"], "--rescale-above", "/ 4"),
     (["--seed", str(2**64)], "--seed", "[0, 18446744073709551615]"),

@@ -129,6 +129,8 @@ def _damage(run, damage):
         edit_checkpoint(run, lambda saved: saved["model"].update({"conv.weight": torch.zeros(4, 3, 3, 3)}))
     elif damage == "epoch -5":
         edit_checkpoint(run, lambda saved: saved.update(epoch=-5))
+    elif damage == "epoch without its metrics":
+        edit_checkpoint(run, lambda saved: saved.update(metrics=[]))
     elif damage == "lock is a folder":
         (run / ".lock").unlink()
         (run / ".lock").mkdir()
@@ -145,6 +147,7 @@ def _damage(run, damage):
     ("flipped byte", "checkpoint.pt is not the file"),
     ("wrong shapes", "checkpoint.pt does not fit this run's PreResNet8 (Error(s) in loading state_dict"),
     ("epoch -5", "checkpoint.pt records epoch -5 with 1 metrics rows"),
+    ("epoch without its metrics", "checkpoint.pt records epoch 1 with 0 metrics rows"),
     ("lock is a folder", ".lock is not a file"),
     ("metrics cut mid-line", "metrics.jsonl line 1 is not a JSON object"),
 ])
@@ -257,8 +260,9 @@ def full_disk(monkeypatch, name, nth, stays_full):
     monkeypatch.setattr(files, "atomic_write", write)
 
 
-@pytest.mark.parametrize("name, nth, stays_full, kept", [  # metrics.jsonl is written at the start, then every epoch
-    ("checkpoint.pt", 2, False, 1), ("metrics.jsonl", 3, False, 2), ("checkpoint.pt", 2, True, 1)])
+@pytest.mark.parametrize("name, nth, stays_full, kept", [  # metrics.jsonl and manifest.json are written at the
+    ("checkpoint.pt", 2, False, 1), ("metrics.jsonl", 3, False, 2),  # start, the manifest twice per epoch
+    ("manifest.json", 3, False, 1), ("checkpoint.pt", 2, True, 1)])
 def test_a_full_disk_is_one_line_exit_6_and_the_run_resumes_once_there_is_space(name, nth, stays_full, kept, npz,
                                                                                  tmp_path, capsys, monkeypatch):
     args = ["--schedule", "step", "--data", npz, "--out", str(tmp_path), *CLI_TINY]
