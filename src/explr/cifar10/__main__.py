@@ -22,12 +22,12 @@ import argparse
 import sys
 
 from .config import add_config_arguments, configs_from_args
-from .runs import DiskFull, exit_code, handle_signals
+from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
 from .sweep import EXIT_DIVERGED, EXIT_LOCKED, run_many, submit
 
 __all__ = ["main", "build_parser"]
 
-EXIT_FAILED, EXIT_DISK_FULL = 5, 6
+EXIT_FAILED = 5
 
 
 class _Parser(argparse.ArgumentParser):

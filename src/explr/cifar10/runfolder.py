@@ -53,6 +53,7 @@ __all__ = [
     "MANIFEST",
     "LOCK",
     "DiskFull",
+    "EXIT_DISK_FULL",
     "RunError",
     "RunLocked",
     "Terminated",
@@ -93,6 +94,10 @@ class RunLocked(RunError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived (raised by the handler of :func:`handle_signals`)."""
+
+
+#: the exit code of a run (CLI or worker) that stopped because the disk filled up.
+EXIT_DISK_FULL = 6
 
 
 class DiskFull(Exception):
