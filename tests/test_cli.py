@@ -139,3 +139,48 @@ def test_available_memory_is_the_smaller_of_memavailable_and_the_cgroup_limit(tm
     (v1 / "memory" / "memory.usage_in_bytes").write_text("500000000")
     assert hardware.available_memory(v1, tmp_path / "meminfo") == 1_000_000_000
     assert hardware.available_memory(tmp_path / "none", tmp_path / "none") is None
+
+
+# ----------------------------------------------------------------------------- launcher options and the report
+@pytest.mark.parametrize("extra, flag", [
+    (["--launcher", "submitit", "--jobs", "2"], "--jobs"),
+    (["--partition", "gpu"], "--partition"),
+    (["--account", "lab"], "--account"),
+    (["--no-wait"], "--no-wait"),
+])
+def test_options_the_launcher_would_ignore_are_refused(npz, tmp_path, capsys, extra, flag):
+    refused(["--data", npz, "--out", str(tmp_path / "out"), *CLI_TINY, *extra], capsys, flag)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_report_names_runs_not_submitted_and_maps_a_full_disk_to_its_exit_code(capsys):
+    from explr.cifar10.__main__ import _report
+    from explr.cifar10.config import TrainConfig
+    from explr.cifar10.runs import EXIT_DISK_FULL
+
+    configs = [TrainConfig(schedule="step", seed=0), TrainConfig(schedule="texp", seed=0)]
+    assert _report(configs, [{"job_id": "17", "status": "submitted", "out": "a"},
+                             {"job_id": None, "status": "finished", "out": "b"}]) == 0
+    out = capsys.readouterr().out
+    assert "job 17" in out and "not submitted: finished" in out and "job None" not in out
+    full = {"status": "disk full", "message": "the disk filled up", "final": None, "out": "a"}
+    assert _report(configs[:1], [full]) == EXIT_DISK_FULL
+
+
+def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batch(npz, tmp_path, monkeypatch):
+    """--no-progress reaches the decoder, and the batch size is checked by the loader before anything is cached."""
+    import explr.cifar10.sweep as sweep_mod
+    from explr.cifar10 import TrainConfig
+
+    seen = {}
+    real = sweep_mod.load_cifar10
+
+    def recording(data, root, **kwargs):
+        seen.update(kwargs)
+        return real(data, root, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "load_cifar10", recording)
+    configs = [TrainConfig(schedule="step", seed=0, data=npz, epochs=1, batch_size=32, depth=8, threads=1),
+               TrainConfig(schedule="texp", seed=0, data=npz, epochs=1, batch_size=64, depth=8, threads=1)]
+    sweep_mod.prepare(configs, tmp_path, progress=False)
+    assert seen == {"progress": False, "batch_size": 64}

@@ -7,14 +7,16 @@ Modules, each one concern:
 * :mod:`~explr.cifar10.data` -- loading CIFAR-10 (download, python batches, ``.npz``, image folders and
   tarballs) and the device-resident augmenting sampler;
 * :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`) and divergence;
-* :mod:`~explr.cifar10.runs` -- one run on disk: lock, manifest, metrics, checkpoint, resume, signals;
+* :mod:`~explr.cifar10.runfolder` -- one run folder on disk: lock, signals, manifest, metrics, checkpoint
+  (with its sha256), the checks before anything is written;
+* :mod:`~explr.cifar10.runs` -- training one run into its folder: resume, epochs, progress;
 * :mod:`~explr.cifar10.sweep` -- many runs: checked before anything starts, then trained here, in worker
   processes or as submitit jobs;
 * :mod:`~explr.cifar10.hardware` -- device, precision, the CPUs really available, one GPU per worker;
 * :mod:`~explr.cifar10.files` -- atomic writes; :mod:`~explr.cifar10.results` -- the committed results;
 * ``python -m explr.cifar10`` (:mod:`~explr.cifar10.__main__`) -- the command line.
 
-The maths modules below (``explr.schedules``, ``scheduler``, ``invariance``, ``models``, ...) import
+The maths modules below (``explr.schedules``, ``lr_scheduler``, ``invariance``, ``models``, ...) import
 nothing from here.
 """
 from .config import SCHEDULES, TrainConfig, default_decay_epochs, schedule_arrays

@@ -23,7 +23,7 @@ import sys
 
 from .config import add_config_arguments, configs_from_args
 from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
-from .sweep import EXIT_DIVERGED, EXIT_LOCKED, run_many, submit
+from .sweep import EXIT_DIVERGED, EXIT_LOCKED, check_launcher, run_many, submit
 
 __all__ = ["main", "build_parser"]
 
@@ -119,6 +119,9 @@ def main(argv=None) -> int:
     configs = configs_from_args(args)
     with handle_signals():
         try:
+            check_launcher(args.launcher, jobs=args.jobs, cluster=args.cluster, partition=args.partition,
+                           account=args.account, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                           wait=args.wait)
             if args.launcher == "submitit":
                 results = submit(configs, args.out, cluster=args.cluster, resume=args.resume, wait=args.wait,
                                  timeout_min=args.time, gpus_per_run=args.gpus_per_run, partition=args.partition,
@@ -137,12 +140,13 @@ def main(argv=None) -> int:
 
 
 def _report(configs, results) -> int:
-    if results and "job_id" in results[0]:
+    if results and "job_id" in results[0]:  # --no-wait: the submitted jobs, and the runs not submitted
         for c, r in zip(configs, results):
-            print(f"{c.schedule + ' seed ' + str(c.seed):<28} job {r['job_id']}  {r['out']}")
+            what = f"job {r['job_id']}" if r["job_id"] is not None else f"not submitted: {r['status']}"
+            print(f"{c.schedule + ' seed ' + str(c.seed):<28} {what}  {r['out']}")
         return 0
     print(f"{'run':<28} {'status':<12} {'epochs':>6} {'test acc':>9}")
-    codes = {"diverged": EXIT_DIVERGED, "locked": EXIT_LOCKED, "failed": EXIT_FAILED}
+    codes = {"diverged": EXIT_DIVERGED, "locked": EXIT_LOCKED, "failed": EXIT_FAILED, "disk full": EXIT_DISK_FULL}
     worst = 0
     for c, r in zip(configs, results):
         final = r.get("final") or {}

@@ -207,7 +207,8 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     the status in the manifest (a full disk: if the manifest can still be written).
     """
     config.validate()
-    arrays = load_cifar10(config.data, config.data_root) if arrays is None else arrays
+    arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
+              if arrays is None else arrays)
     resolved = resolved_settings(config)
     out = Path(out)
     trainer = None

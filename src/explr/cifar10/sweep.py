@@ -41,6 +41,8 @@ from .data import CifarArrays, load_cifar10
 from .engine import TrainingDiverged
 from .hardware import worker_gpus
 from .runs import (
+    EXIT_DISK_FULL,
+    DiskFull,
     RunError,
     RunLocked,
     check_run,
@@ -84,10 +86,11 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
-            jobs: int = 1, skip_locked: bool = False):
+            jobs: int = 1, skip_locked: bool = False, progress: bool = True):
     """Check every run of the sweep (module docstring); returns ``(arrays, checks, notes)``.  Creates nothing.
 
-    ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source).
+    ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
+    decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
     ``checks``: per config, what :func:`~explr.cifar10.runs.check_run` found (``state`` "new", "resume" or
     "finished"); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
     there instead of raising it.  ``notes`` are lines worth showing (stale locks).
@@ -106,7 +109,7 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
     check_writable(out)
     if arrays is None:
         data, root = sources.pop()
-        arrays = load_cifar10(data, root)
+        arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
     arrays.channel_stats  # noqa: B018  (constant images raise DataError)
     for c in configs:
         _check_schedule(c, arrays)
@@ -132,7 +135,7 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
     :func:`~explr.cifar10.runs.handle_signals`) stops the sweep after the running runs recorded it.
     Returns one summary dict per run (out, status, epochs_done, message, final metrics), in order.
     """
-    arrays, _, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs)
+    arrays, _, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
     for note in notes:
         print(note, file=sys.stderr)
     dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
@@ -186,6 +189,9 @@ def _worker(config: TrainConfig, folder: str, resume: bool, progress: bool, posi
         except RunError as err:  # the folder was taken by another process after the parent's check
             print(_taken(folder, err)["message"], file=sys.stderr)
             sys.exit(EXIT_LOCKED)
+        except DiskFull as err:
+            print(err, file=sys.stderr)
+            sys.exit(EXIT_DISK_FULL)
         except KeyboardInterrupt as err:
             sys.exit(exit_code(err))
 
@@ -229,6 +235,8 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress) -> list[dict]:
         if codes.get(i) == EXIT_LOCKED:
             r.update(status="locked", message=f"{d} was taken by another process meanwhile; see the worker's line "
                                               "above")
+        elif codes.get(i) == EXIT_DISK_FULL:
+            r.update(status="disk full", message=f"{d}: the disk filled up; see the worker's line above")
         elif codes.get(i) not in (0, EXIT_DIVERGED):
             r.update(status="failed", message=f"worker exited with code {codes.get(i)}; see its output above")
         results.append(r)
@@ -364,7 +372,7 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
         raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
                          "requirements.txt)") from None
     check_launcher("submitit", cluster=cluster, partition=partition, account=account)
-    _, checks, notes = prepare(configs, out, resume=resume, skip_locked=True)
+    _, checks, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False)
     for note in notes:
         print(note, file=sys.stderr)
     dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
