@@ -41,8 +41,8 @@ test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answ
 browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
 	$(PY) -m pytest tests/browser -p no:cacheprovider
 
-lint: $(STAMP)  ## ruff over the Python sources (rules in pyproject.toml)
-	$(VENV)/bin/ruff check src tests benchmarks experiments .ci
+lint: $(STAMP)  ## ruff over the Python sources and the chapters (rules in pyproject.toml)
+	$(VENV)/bin/ruff check src tests benchmarks experiments .ci book
 
 unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow or slurm)
 	$(PY) -m pytest tests -m "not chapters and not slow and not slurm" -p no:cacheprovider --ignore=tests/browser
