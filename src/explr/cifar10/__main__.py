@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import add_config_arguments, configs_from_args
+from ..params import Int
+from .config import add_config_arguments, argument_type, configs_from_args
 from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
 from .sweep import EXIT_DIVERGED, EXIT_LOCKED, check_launcher, run_many, submit
 
@@ -98,19 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _integer(minimum):
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or v < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}; got {text!r}")
-        return v
-    return parse
-
-
-_positive, _count = _integer(1), _integer(0)
+_positive, _count = argument_type("count", Int(1)), argument_type("count", Int(0))
 
 
 def main(argv=None) -> int:

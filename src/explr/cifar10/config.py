@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..params import Choice, Flag, Float, Int, Text
 from ..schedules import CORRECTIONS, cosine, step_decay, texp, texp_minus_minus
 from . import hardware
 
@@ -46,6 +47,7 @@ __all__ = [
     "RESOLVED_KEYS",
     "TrainConfig",
     "add_config_arguments",
+    "argument_type",
     "configs_from_args",
     "default_decay_epochs",
     "check_lr_range",
@@ -74,91 +76,7 @@ MAX_SEED = 2**64 - 1
 SCHEDULE_BYTES_PER_STEP = 256
 
 
-# ----------------------------------------------------------------------------- rules of a value
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
-@dataclass(frozen=True)
-class Choice:
-    choices: tuple
-
-    def rule(self) -> str:
-        return f"one of {', '.join(self.choices)}"
-
-    def ok(self, v) -> bool:
-        return v in self.choices
-
-    def parse(self, text: str):
-        return text
-
-
-@dataclass(frozen=True)
-class Int:
-    minimum: int
-    modulo: tuple | None = None  # (m, r): v ≡ r (mod m)
-    note: str = ""  # appended to the rule
-    maximum: int | None = None
-
-    def rule(self) -> str:
-        if self.modulo:
-            return f"{self.modulo[0]}n + {self.modulo[1]} with n >= 1{self.note}"
-        if self.maximum is not None:
-            return f"an integer in [{self.minimum}, {self.maximum}]{self.note}"
-        return f"an integer >= {self.minimum}{self.note}"
-
-    def ok(self, v) -> bool:
-        return (_is_int(v) and v >= self.minimum and (self.maximum is None or v <= self.maximum)
-                and (not self.modulo or v % self.modulo[0] == self.modulo[1]))
-
-    def parse(self, text: str):
-        return int(text)
-
-
-@dataclass(frozen=True)
-class Float:
-    lo: float
-    hi: float = math.inf
-    lo_open: bool = True
-    hi_open: bool = True
-    note: str = ""  # appended to the rule
-
-    def rule(self) -> str:
-        interval = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
-        return f"a finite number in {interval}{self.note}"
-
-    def ok(self, v) -> bool:
-        if not ((_is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v)):
-            return False
-        return (v > self.lo if self.lo_open else v >= self.lo) and (v < self.hi if self.hi_open else v <= self.hi)
-
-    def parse(self, text: str):
-        return float(text)
-
-
-@dataclass(frozen=True)
-class Flag:
-    def rule(self) -> str:
-        return "True or False"
-
-    def ok(self, v) -> bool:
-        return isinstance(v, (bool, np.bool_))
-
-
-@dataclass(frozen=True)
-class Text:
-    what: str
-
-    def rule(self) -> str:
-        return self.what
-
-    def ok(self, v) -> bool:
-        return isinstance(v, str) and bool(v)
-
-    def parse(self, text: str):
-        return text
-
-
+# ----------------------------------------------------------------------------- rules of a value (explr.params)
 @dataclass(frozen=True)
 class Device:
     """A device name the engine trains on; whether it is available here is :func:`hardware.resolve_device`'s check."""
@@ -373,7 +291,9 @@ def check_lr_range(config: TrainConfig, played, exponential: bool, steps_per_epo
 
 
 # ----------------------------------------------------------------------------- the command line, from the fields
-def _argument_type(name: str, rule):
+def argument_type(name: str, rule):
+    """An argparse ``type`` that parses ``text`` by ``rule`` and refuses, in one line, a value it does not pass."""
+
     def parse(text):
         try:
             value = rule.parse(text)
@@ -403,13 +323,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None
         if isinstance(rule, Flag):
             kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
         else:
-            kwargs.update(type=_argument_type(f.name, rule), default=[f.default] if many else f.default)
+            kwargs.update(type=argument_type(f.name, rule), default=[f.default] if many else f.default)
             if isinstance(rule, Choice):
                 kwargs.update(choices=rule.choices, metavar="{" + ",".join(rule.choices) + "}")
             if many:
                 kwargs["nargs"] = "+"
             elif isinstance(rule, Milestones):  # each value an epoch; validate() checks the whole list
-                kwargs.update(nargs="*", metavar="E", type=_argument_type(f.name, rule.item))
+                kwargs.update(nargs="*", metavar="E", type=argument_type(f.name, rule.item))
         group.add_argument(flag(f.name), dest=f.name, **kwargs)
 
 

@@ -1,0 +1,56 @@
+"""explr.params: the rules, check_parameters' one-line errors, and Checks' lines and table."""
+import math
+
+import numpy as np
+import pytest
+
+from explr.params import Checks, Choice, Flag, Float, Int, Numbers, Text, check_parameters
+
+
+@pytest.mark.parametrize("rule, good, bad", [
+    (Int(1), [1, 7, np.int64(3)], [0, 1.0, True, "2"]),
+    (Int(8, (6, 2)), [8, 14, 20, 32], [15, 2]),
+    (Int(0, maximum=5), [0, 5], [6, -1]),
+    (Float(0), [1e-9, 3, np.float32(0.5)], [0, -1, math.inf, math.nan, False, "1"]),
+    (Float(0, 1, lo_open=False), [0.0, 0.99], [1.0, -0.1]),
+    (Choice(("a", "b")), ["a"], ["c", None]),
+    (Flag(), [True, np.bool_(False)], [1, "True"]),
+    (Text("a name"), ["x"], ["", 3]),
+    (Numbers(Int(1), min_len=2, increasing=True), [[1, 2], (3, 9)], [[2, 1], [1], [1, 1], [0, 1], "12"]),
+    (Numbers(Float(0), distinct=True, none_ok=True), [None, [0.1, 0.2]], [[0.1, 0.1], []]),
+])
+def test_rules_accept_and_refuse(rule, good, bad):
+    assert all(rule.ok(v) for v in good), [v for v in good if not rule.ok(v)]
+    assert not any(rule.ok(v) for v in bad), [v for v in bad if rule.ok(v)]
+    assert isinstance(rule.rule(), str) and rule.rule()
+
+
+def test_check_parameters_names_the_first_bad_value_and_its_rule():
+    params = {"steps": 3, "lr": 0.1, "momentum": 0.9, "wd": 0.1}
+    with pytest.raises(ValueError, match=r"^steps = 3: must be an integer >= 20$"):
+        check_parameters(params, {"steps": Int(20), "lr": Float(0)})
+    rules = {"lr": Float(0), "momentum": Float(0, 1, lo_open=False),
+             "wd": lambda: Float(0, (1 - math.sqrt(params["momentum"])) ** 2 / params["lr"], hi_open=False)}
+    with pytest.raises(ValueError, match=r"^wd = 0.1: must be a finite number in \(0, 0.0263"):
+        check_parameters(params, rules)
+    check_parameters({**params, "wd": 5e-4}, rules)  # passes
+    # a lazy rule is built only after the parameters before it passed: lr = 0 is named, no ZeroDivisionError
+    with pytest.raises(ValueError, match=r"^lr = 0: "):
+        check_parameters({**params, "lr": 0}, rules)
+    with pytest.raises(ValueError, match="no such parameter"):
+        check_parameters(params, {"epochs": Int(1)})
+
+
+def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys):
+    checks = Checks()
+    checks.claim("TEXP ≡ Step Decay", 3.6e-14 < 1e-9, measured=3.6e-14, tolerance=1e-9)
+    checks.skip("drift past 1e-2", "needs >= 2000 steps")
+    assert capsys.readouterr().out.splitlines() == [
+        "✓ TEXP ≡ Step Decay: measured 3.6e-14, tolerance 1e-09",
+        "SKIPPED (not asserted): drift past 1e-2; needs >= 2000 steps"]
+    with pytest.raises(AssertionError, match="^✗ twins agree: measured 0.2, tolerance 0.024$"):
+        checks.claim("twins agree", False, measured=0.2, tolerance=0.024)
+    assert checks.skipped == ["drift past 1e-2"]
+    table = checks.markdown().splitlines()
+    assert table[0].startswith("| claim |") and len(table) == 4  # the failed claim is not a row
+    assert "| TEXP ≡ Step Decay | ✓ | 3.6e-14 | 1e-09 |" in table
