@@ -79,11 +79,12 @@ def bench(args, precision):
             loss.backward()
             opt.step()
 
-    state = {}
+    state = None
 
     def engine(start, n):
+        nonlocal state
         if start == 0:
-            state.update(trainer.begin_epoch(0))
+            state = trainer.begin_epoch(0)
         trainer.run_steps(state, start, start + n)
         if start + n == total:
             trainer.end_epoch(state)

@@ -411,11 +411,11 @@ class BreakAfter(PreResNet):
                                            (1e20, "training loss exploded in epoch 2.*more than 100 x the initial")])
 def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, match, arrays, npz, tmp_path,
                                                                      monkeypatch, capsys):
-    monkeypatch.setattr(engine_mod, "PreResNet", BreakAfter)
     monkeypatch.setattr(BreakAfter, "factor", factor)
     BreakAfter.calls = 0
     with pytest.raises(TrainingDiverged, match=match + ".*last good checkpoint \\(epoch 1\\)"):
-        train_run(TrainConfig(**TINY, schedule="step"), tmp_path / "api", arrays, progress=False)
+        train_run(TrainConfig(**TINY, schedule="step"), tmp_path / "api", arrays, progress=False,
+                  model=BreakAfter(TINY["depth"], seed=0))
     ckpt = torch.load(tmp_path / "api" / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 1 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
     assert len(read_metrics(tmp_path / "api")) == 1
@@ -423,6 +423,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, mat
     assert manifest["status"] == "diverged" and manifest["epochs_done"] == 1
     assert "last good checkpoint" in manifest["message"]
     BreakAfter.calls = 0
+    monkeypatch.setattr(engine_mod, "PreResNet", BreakAfter)  # the command line builds its own network
     assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY]) == 3
     assert match.split(".*")[0] in capsys.readouterr().err
 

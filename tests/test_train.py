@@ -13,13 +13,13 @@ import torch.nn.functional as F
 
 import explr.cifar10.data
 from explr.cifar10.__main__ import main
-from explr.cifar10.config import TrainConfig, default_decay_epochs, schedule_arrays
+from explr.cifar10.config import TrainConfig, default_decay_epochs, played_schedule, schedule_arrays
 from explr.cifar10.data import CifarArrays, make_synthetic, write_cifar_batches
 from explr.cifar10.engine import Trainer
 from explr.cifar10.runs import METRIC_KEYS, RunError, load_runs, read_metrics, train_run
 from explr.invariance import check_scale_invariance
 from explr.models import PreResNet, rescale_running_statistics
-from explr.schedules import cosine, step_decay, texp, texp_minus_minus
+from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
 
@@ -85,10 +85,12 @@ def test_schedule_names_map_to_the_papers_schedules():
     }
     for name, (lr, wd, exponential) in expected.items():
         c.schedule = name
-        got = schedule_arrays(c, S)
-        np.testing.assert_array_equal(got[0], lr)
-        np.testing.assert_array_equal(got[1], wd)
-        assert got[2] == exponential
+        got = played_schedule(c, S)
+        np.testing.assert_array_equal(got.lr, lr)
+        np.testing.assert_array_equal(got.wd, wd)
+        assert isinstance(got, EquivalentSchedule) == exponential
+        assert isinstance(got, EquivalentSchedule if exponential else PlainSchedule)
+        np.testing.assert_array_equal(schedule_arrays(c, S)[0], lr)  # chapter 6's per-step lr
     assert default_decay_epochs(200) == [100, 150] and default_decay_epochs(20) == [10, 15]
     assert default_decay_epochs(1) == []
 
@@ -248,10 +250,10 @@ def test_a_schedule_beyond_float64_trains_from_log_space():
     arrays = make_synthetic(n_train=400, n_test=20, seed=0)
     config = TrainConfig(schedule="texp", epochs=200, batch_size=1, depth=8, wd=1e-2, device="cpu",
                          precision="fp32", rescale_above=1.0).validate()
-    lr, _, _ = schedule_arrays(config, 400)
+    lr, _ = schedule_arrays(config, 400)
     assert np.isinf(lr).any(), "the schedule's lr exceeds float64 somewhere"
     trainer = Trainer(config, arrays)
-    assert trainer.schedule_log_lr.max() > 709 and np.isfinite(trainer.schedule_log_lr).all()
+    assert trainer.schedule.log_lr.max() > 709 and np.isfinite(trainer.schedule.log_lr).all()
     state = trainer.begin_epoch(0)
     trainer.run_steps(state, 0, 20)
     assert 0 < trainer.optimizer.param_groups[0]["lr"] <= 1.0 and math.isfinite(trainer.norms())

@@ -58,7 +58,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from .models import rescale_running_statistics
-from .schedules import EquivalentSchedule
+from .schedules import EquivalentSchedule, PlainSchedule
 
 __all__ = ["PerStepLR", "INVARIANT_KEY"]
 
@@ -81,10 +81,10 @@ class PerStepLR(LRScheduler):
     ----------
     optimizer : any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
         ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
-    lr : (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or an
+    lr : (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
         :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
-        be the optimizer's).
-    wd : real number or (steps,) array of weight decays (default 0; omitted with an ``EquivalentSchedule``);
+        be the optimizer's) or a :class:`~explr.schedules.PlainSchedule` (its lr and wd, played as given).
+    wd : real number or (steps,) array of weight decays (default 0; omitted with a schedule);
         negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
         ``torch.optim.SGD`` accepts once built.
     rescale_above : optional float > lr[0]; see the module docstring.  Without it, a learning rate that
@@ -107,6 +107,10 @@ class PerStepLR(LRScheduler):
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
                  on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
+        if isinstance(lr, PlainSchedule):
+            if wd is not None:
+                raise ValueError("wd must be omitted when lr is a PlainSchedule: its weight decay is part of it")
+            lr, wd = lr.lr, lr.wd
         if isinstance(lr, EquivalentSchedule):
             if wd is not None:
                 raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
@@ -153,8 +157,9 @@ class PerStepLR(LRScheduler):
 
     @classmethod
     def from_schedule(cls, optimizer, schedule, **kwargs) -> "PerStepLR":
-        """Build from an ``EquivalentSchedule`` (played from log space) or any object with ``.lr``/``.wd``."""
-        if isinstance(schedule, EquivalentSchedule):
+        """Build from an ``EquivalentSchedule`` (played from log space), a ``PlainSchedule`` or any object with
+        ``.lr``/``.wd``."""
+        if isinstance(schedule, (EquivalentSchedule, PlainSchedule)):
             return cls(optimizer, schedule, **kwargs)
         if not (hasattr(schedule, "lr") and hasattr(schedule, "wd")):
             raise TypeError(f"from_schedule takes an EquivalentSchedule or an object with per-step .lr and .wd; got "

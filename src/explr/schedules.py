@@ -41,6 +41,8 @@ import numpy as np
 
 __all__ = [
     "EquivalentSchedule",
+    "PlainSchedule",
+    "Schedule",
     "alpha",
     "exp_lr",
     "texp",
@@ -105,6 +107,46 @@ class EquivalentSchedule:
     def scale(self) -> np.ndarray:
         with np.errstate(over="ignore"):
             return np.exp(self.log_scale)
+
+
+@dataclass(frozen=True, eq=False)
+class PlainSchedule:
+    """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given.
+
+    The same interface as :class:`EquivalentSchedule` -- ``.lr``, ``.wd``, ``.log_lr``, ``.parts()``,
+    ``.scale``, ``.momentum``, ``.name``, ``len()`` -- so :class:`~explr.lr_scheduler.PerStepLR`,
+    :func:`explr.sgd.train_sgd` and the CIFAR-10 engine take either.  ``lr``: (steps,) array; ``wd``: a
+    number or a (steps,) array.  ``momentum`` is ``None``: a plain schedule fits any optimizer.
+    """
+
+    lr: np.ndarray
+    wd: np.ndarray | float
+    name: str = "plain"
+    momentum = None
+
+    def __len__(self) -> int:
+        return len(self.lr)
+
+    @cached_property
+    def log_lr(self) -> np.ndarray:
+        """ln lr_k (−inf where an lr underflowed to 0)."""
+        with np.errstate(divide="ignore"):
+            return np.log(np.asarray(self.lr, dtype=np.float64))
+
+    def parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(m_lr, e_lr, m_wd, e_wd), ``np.frexp`` of lr and wd (exact), as :meth:`EquivalentSchedule.parts`."""
+        m_lr, e_lr = np.frexp(np.asarray(self.lr, dtype=np.float64))
+        m_wd, e_wd = np.frexp(np.broadcast_to(np.asarray(self.wd, dtype=np.float64), m_lr.shape))
+        return m_lr, e_lr.astype(np.int64), m_wd, e_wd.astype(np.int64)
+
+    @cached_property
+    def scale(self) -> np.ndarray:
+        """P_k = 1: a plain schedule is its own run."""
+        return np.ones(len(self) + 1)
+
+
+#: what :class:`~explr.lr_scheduler.PerStepLR`, :func:`explr.sgd.train_sgd` and the CIFAR-10 engine play.
+Schedule = EquivalentSchedule | PlainSchedule
 
 
 def split_powers_of_two(log_x) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from .invariance import flat_norm, trainable_parameters
 from .lr_scheduler import PerStepLR
-from .schedules import alpha
+from .schedules import EquivalentSchedule, PlainSchedule, alpha
 
 __all__ = [
     "paper_sgd_step",
@@ -77,7 +77,7 @@ def train_sgd(
     loss_fn,
     batches,
     lr,
-    wd=0.0,
+    wd=None,
     momentum: float = 0.0,
     *,
     probe=None,
@@ -88,21 +88,26 @@ def train_sgd(
     """Train ``model`` in place with ``torch.optim.SGD`` for ``len(lr)`` steps and record the trajectory.
 
     ``batches``: a sequence of (inputs, targets), one per step (``len(batches) >= len(lr)``).
-    ``lr``, ``wd``: per-step arrays (``wd`` may be a scalar), e.g. ``schedule.lr, schedule.wd`` of
-    an :class:`~explr.schedules.EquivalentSchedule`.  ``probe``: an input batch whose outputs are
+    ``lr``, ``wd``: per-step arrays (``wd`` may be a scalar), or ``lr`` a schedule
+    (:class:`~explr.schedules.EquivalentSchedule`, played from log space, or
+    :class:`~explr.schedules.PlainSchedule`) and ``wd`` omitted.  ``probe``: an input batch whose outputs are
     recorded every ``record_every`` steps and at the end, in the model's current mode, without
     gradient (with batch-statistics BN this is a deterministic function of θ).
     ``rescale_above``: see :class:`~explr.lr_scheduler.PerStepLR`.
     """
-    lr = np.asarray(lr, dtype=np.float64)
-    steps = len(lr)
+    if isinstance(lr, (EquivalentSchedule, PlainSchedule)):
+        played, first_lr = lr, math.exp(lr.log_lr[0])
+    else:
+        played, wd = np.asarray(lr, dtype=np.float64), 0.0 if wd is None else wd
+        first_lr = float(played[0])
+    steps = len(played)
     if len(batches) < steps:
         raise ValueError(f"batches has {len(batches)} entries but the schedule has {steps} steps")
     if record_every < 1:
         raise ValueError(f"record_every must be >= 1; got {record_every!r}")
     params = [p for _, p in trainable_parameters(model)]
-    optimizer = torch.optim.SGD(params, lr=float(lr[0]), momentum=momentum)
-    scheduler = PerStepLR(optimizer, lr, wd, rescale_above=rescale_above)
+    optimizer = torch.optim.SGD(params, lr=first_lr, momentum=momentum)
+    scheduler = PerStepLR(optimizer, played, wd, rescale_above=rescale_above)
 
     outputs, norms, recorded = [], [], []
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..params import Choice, Flag, Float, Int, Text
-from ..schedules import CORRECTIONS, cosine, step_decay, texp, texp_minus_minus
+from ..schedules import CORRECTIONS, PlainSchedule, Schedule, cosine, step_decay, texp, texp_minus_minus
 from . import hardware
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "check_lr_range",
     "check_schedule_memory",
     "played_schedule",
+    "rescale_limit",
     "schedule_arrays",
 ]
 
@@ -229,19 +230,24 @@ def default_decay_epochs(epochs: int) -> list[int]:
 
 
 def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
-    """Per-step (lr, wd) arrays of ``config.schedule``, and whether it is exponential (module docstring).
+    """Per-step (lr, wd) arrays of ``config.schedule`` (module docstring): ``.lr`` and ``.wd`` of
+    :func:`played_schedule`, for plots and checks.
 
-    For plots and checks: an exponential schedule's lr is ``inf`` where it exceeds float64 (a long run at a
-    large weight decay). Training plays :func:`played_schedule`, which keeps such schedules in log space.
+    An exponential schedule's lr is ``inf`` where it exceeds float64 (a long run at a large weight decay);
+    training plays :func:`played_schedule`, which keeps such schedules in log space.
     """
-    played, exponential = played_schedule(config, steps_per_epoch)
-    return (played.lr, played.wd, True) if exponential else (*played, False)
+    played = played_schedule(config, steps_per_epoch)
+    return played.lr, played.wd
 
 
-def played_schedule(config: TrainConfig, steps_per_epoch: int):
-    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``, and whether it is exponential: the
+def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``, built and checked here, once: the
     :class:`~explr.schedules.EquivalentSchedule` of an exponential schedule (log space, never overflows), or the
-    (lr, wd) arrays of ``step`` and ``cosine``."""
+    :class:`~explr.schedules.PlainSchedule` of ``step`` and ``cosine``.
+
+    Raises ``ValueError`` naming the flag for a schedule that does not fit in memory
+    (:func:`check_schedule_memory`), an lr the optimizer would play below float32's normal range
+    (:func:`check_lr_range`) or a ``rescale_above`` not above the first lr of an exponential schedule."""
     c = config
     E, S = c.epochs, steps_per_epoch
     check_schedule_memory(c, S)
@@ -250,13 +256,24 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int):
     else:
         base = cosine(c.lr, E, S, per="epoch")
     if c.schedule in ("step", "cosine"):
-        played, exponential = (base, np.full(len(base), float(c.wd))), False
+        played = PlainSchedule(base, np.full(len(base), float(c.wd)), name=c.schedule)
     elif c.schedule == "texp--":
-        played, exponential = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections), True
+        played = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
     else:
-        played, exponential = texp(base, c.wd, c.momentum, corrections=c.corrections), True
-    check_lr_range(c, played, exponential, S)
-    return played, exponential
+        played = texp(base, c.wd, c.momentum, corrections=c.corrections)
+    check_lr_range(c, played, S)
+    first = float(np.exp(played.log_lr[0]))
+    if rescale_limit(c) is not None and not c.rescale_above > first:
+        raise ValueError(f"rescale_above (--rescale-above) must exceed the first lr {first:g} of the {c.schedule} "
+                         f"schedule; got {c.rescale_above:g}")
+    return played
+
+
+def rescale_limit(config: TrainConfig) -> float | None:
+    """The ``rescale_above`` that :class:`~explr.lr_scheduler.PerStepLR` plays ``config``'s schedule with:
+    ``config.rescale_above`` for the exponential schedules, ``None`` for ``step`` and ``cosine`` (which never
+    rise above ``lr`` and are never rescaled)."""
+    return config.rescale_above if config.schedule in EXPONENTIAL else None
 
 
 def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
@@ -269,22 +286,22 @@ def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
                          f"{available / 2**30:.3g} GiB available here; lower --epochs or raise --batch-size")
 
 
-def check_lr_range(config: TrainConfig, played, exponential: bool, steps_per_epoch: int) -> None:
+def check_lr_range(config: TrainConfig, played: Schedule, steps_per_epoch: int) -> None:
     """Raise ``ValueError`` naming ``--lr`` if an lr the optimizer plays can fall below :data:`LR_MIN`.
 
     ``step`` and ``cosine`` play their lr as it is; they never rise above ``lr`` (≤ :data:`LR_MAX`).  An
     exponential schedule is played as lr_k·R_k, R the rescaling factor: a rescaling at step j sets
     lr_j·R into (lr_0/4, lr_0], so R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j)), which bounds the played lr from
     below; from above, ``rescale_above`` ≤ :data:`RESCALE_ABOVE_MAX` bounds it."""
-    if exponential:
-        log_lr = played.log_lr
+    rescaled = rescale_limit(config) is not None
+    log_lr = played.log_lr  # -inf where an lr underflowed to 0 (decay factors of 1e-300)
+    if rescaled:
         log_low = log_lr + np.minimum(0.0, log_lr[0] - math.log(4.0) - np.maximum.accumulate(log_lr))
     else:
-        with np.errstate(divide="ignore"):  # an lr that underflowed to 0 (decay factors of 1e-300)
-            log_low = np.log(played[0])
+        log_low = log_lr
     k = int(np.argmin(log_low))
     if log_low[k] < math.log(LR_MIN):
-        played_as = "lr as the optimizer plays it (rescaled)" if exponential else "lr"
+        played_as = "lr as the optimizer plays it (rescaled)" if rescaled else "lr"
         raise ValueError(f"lr (--lr) {config.lr:g}: the {config.schedule} schedule's {played_as} falls to "
                          f"{math.exp(log_low[k]):.3g} in epoch {k // steps_per_epoch + 1}, below float32's smallest "
                          f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")

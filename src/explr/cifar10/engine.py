@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,11 +24,11 @@ import torch.nn.functional as F
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
-from .config import TrainConfig, played_schedule
-from .data import CifarArrays, DeviceData
+from .config import TrainConfig, played_schedule, rescale_limit
+from .data import CifarArrays, DeviceData, EpochPlan
 from .hardware import resolve_device, resolve_precision
 
-__all__ = ["EXPLODED", "Trainer", "TrainingDiverged"]
+__all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged"]
 
 #: a finite mean training loss above EXPLODED × the initial one counts as diverged.
 EXPLODED = 100.0
@@ -37,15 +38,39 @@ class TrainingDiverged(RuntimeError):
     """The training loss became non-finite or exploded, or the weights non-finite; the last good checkpoint is kept."""
 
 
+@dataclass
+class EpochState:
+    """One epoch in progress: its index, its plan (order, crops, flips) and the on-device metric sums."""
+
+    epoch: int
+    plan: EpochPlan
+    loss_sum: torch.Tensor
+    correct: torch.Tensor
+
+
+def _exp(log_value: float) -> float | None:
+    """e^x as a float, or None (JSON null) where it exceeds float64."""
+    return math.exp(log_value) if log_value < 709.0 else None
+
+
+def _ldexp(x: float, exponent: int) -> float | None:
+    try:
+        return math.ldexp(x, exponent)
+    except OverflowError:
+        return None
+
+
 class Trainer:
     """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.
 
     Built from a validated :class:`~explr.cifar10.config.TrainConfig` and in-memory
     :class:`~explr.cifar10.data.CifarArrays` (:func:`explr.cifar10.runs.train_run` adds the files,
-    resume and progress bar).
+    resume and progress bar).  ``model``: the network to train instead of ``config``'s PreResNet (e.g. a
+    PreResNet whose outputs break, to test divergence); it must be scale invariant for the exponential schedules.
     """
 
-    def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None):
+    def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
+                 model: torch.nn.Module | None = None):
         self.config = c = config
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = resolve_precision(c.precision, self.device)
@@ -54,11 +79,12 @@ class Trainer:
             torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
-        played, exponential = played_schedule(c, self.steps_per_epoch)
-        #: ln of the schedule's lr at every step (exponential schedules can exceed float64's range)
-        self.schedule_log_lr = played.log_lr if exponential else np.log(played[0])
-        first_lr = float(np.exp(self.schedule_log_lr[0]))
-        self.model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed).to(dtype)
+        #: what the scheduler plays (``.log_lr``: ln of the schedule's lr, beyond float64's range if need be)
+        self.schedule = played_schedule(c, self.steps_per_epoch)
+        first_lr = float(np.exp(self.schedule.log_lr[0]))
+        if model is None:
+            model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
+        self.model = model.to(dtype)
         if c.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.to(self.device)
@@ -66,11 +92,8 @@ class Trainer:
         kwargs = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.SGD(self.params, lr=first_lr, momentum=c.momentum, **kwargs)
         # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
-        if exponential:
-            self.scheduler = PerStepLR(self.optimizer, played, rescale_above=c.rescale_above, model=self.model,
-                                       check_invariance=False)
-        else:
-            self.scheduler = PerStepLR(self.optimizer, *played, model=self.model, check_invariance=False)
+        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=rescale_limit(c), model=self.model,
+                                   check_invariance=False)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
             self.model, mode=None if c.compile == "default" else c.compile)
@@ -87,23 +110,20 @@ class Trainer:
         syncs inside the epoch besides the last one); divergence raises :class:`TrainingDiverged`.
         """
         state = self.begin_epoch(epoch)
-        self.run_steps(state, 0, state["plan"].steps, on_sync)
+        self.run_steps(state, 0, state.plan.steps, on_sync)
         return self.end_epoch(state)
 
-    def begin_epoch(self, epoch: int) -> dict:
+    def begin_epoch(self, epoch: int) -> EpochState:
         """The epoch's plan (order, crops, flips) and zeroed on-device metric sums."""
         self.model.train()
-        return {
-            "epoch": epoch,
-            "plan": self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
-            "loss_sum": torch.zeros((), dtype=self.acc_dtype, device=self.device),
-            "correct": torch.zeros((), dtype=torch.int64, device=self.device),
-        }
+        return EpochState(epoch, self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
+                          torch.zeros((), dtype=self.acc_dtype, device=self.device),
+                          torch.zeros((), dtype=torch.int64, device=self.device))
 
-    def run_steps(self, state: dict, start: int, stop: int, on_sync=None) -> None:
+    def run_steps(self, state: EpochState, start: int, stop: int, on_sync=None) -> None:
         """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
-        c, data, plan = self.config, self.data, state["plan"]
-        loss_sum, correct = state["loss_sum"], state["correct"]
+        c, data, plan = self.config, self.data, state.plan
+        loss_sum, correct = state.loss_sum, state.correct
         forward, opt, scheduler = self.forward, self.optimizer, self.scheduler
         for k in range(start, stop):
             x, y = data.train_batch(plan, k)
@@ -118,7 +138,7 @@ class Trainer:
             correct += (out.detach().argmax(1) == y).sum()
             if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
                 loss_now = loss_sum.item()
-                self.check_loss(loss_now / (k + 1), f"epoch {state['epoch'] + 1} (by step {k + 1} of {plan.steps})")
+                self.check_loss(loss_now / (k + 1), f"epoch {state.epoch + 1} (by step {k + 1} of {plan.steps})")
                 if on_sync is not None:
                     on_sync(k + 1, loss_now, correct.item(), (k + 1) * c.batch_size)
 
@@ -132,11 +152,11 @@ class Trainer:
             raise TrainingDiverged(f"the training loss exploded in {where}: mean {mean_loss:.3g}, more than "
                                    f"{EXPLODED:g} x the initial {self.initial_loss:.3g}")
 
-    def end_epoch(self, state: dict):
+    def end_epoch(self, state: EpochState):
         """(loss_sum, correct, n) of the epoch: the one host sync at its end."""
-        plan = state["plan"]
-        loss_total, correct_total = state["loss_sum"].item(), state["correct"].item()
-        self.check_loss(loss_total / plan.steps, f"epoch {state['epoch'] + 1}")
+        plan = state.plan
+        loss_total, correct_total = state.loss_sum.item(), state.correct.item()
+        self.check_loss(loss_total / plan.steps, f"epoch {state.epoch + 1}")
         return loss_total, correct_total, plan.steps * plan.batch_size
 
     @torch.no_grad()
@@ -157,6 +177,41 @@ class Trainer:
     def norms(self) -> float:
         """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
         return flat_norm(self.params).item()
+
+    def epoch_metrics(self, epoch: int, sums, evaluation) -> dict:
+        """The numbers of a finished epoch (``sums`` from :meth:`train_epoch`, ``evaluation`` from :meth:`evaluate`):
+        epoch, step, train/test loss and accuracy, the schedule's lr (``None`` beyond float64, where only
+        ``log_lr`` says it), the optimizer's lr (lr · R, R = 2^``log2_rescale``), the rescaling, ‖θ‖ in the
+        schedule's units (‖θ_opt‖/√R) and as the optimizer holds it, and the effective lr lr_opt/‖θ_opt‖².
+        Non-finite weights or test loss raise :class:`TrainingDiverged`."""
+        (loss_sum, correct, n), (test_loss, test_acc) = sums, evaluation
+        S, sched = self.steps_per_epoch, self.scheduler
+        norm_opt = self.norms()
+        if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
+            raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
+        log_lr = float(self.schedule.log_lr[(epoch + 1) * S - 1])
+        lr_sched = _exp(log_lr)
+        lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
+                  else math.exp(log_lr + sched.log2_rescale * math.log(2)))
+        norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
+        return {
+            "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
+            "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "log_lr": log_lr, "lr_opt": lr_opt,
+            "rescale": sched.rescale, "log2_rescale": sched.log2_rescale, "rescale_count": sched.rescale_count,
+            "weight_norm": norm, "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2,
+        }
+
+    def describe(self) -> dict:
+        """What this trainer resolved: device, precision, steps, milestones, CPU threads, the schedule's lr range
+        (``None`` beyond float64; ``log_max`` its ln) and the data's normalisation."""
+        c, S, log_lr = self.config, self.steps_per_epoch, self.schedule.log_lr
+        return {
+            "device": str(self.device), "precision": self.precision, "steps_per_epoch": S,
+            "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
+            "lr_schedule": {"first": _exp(log_lr[0]), "last": _exp(log_lr[-1]), "max": _exp(log_lr.max()),
+                            "log_max": float(log_lr.max())},
+            "normalisation": {"mean": self.data.mean.tolist(), "std": self.data.std.tolist()},
+        }
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +72,7 @@ __all__ = [
     "RunLocked",
     "Terminated",
     "RunResult",
+    "RunSummary",
     "RunLock",
     "check_run",
     "check_writable",
@@ -120,20 +120,12 @@ def _now() -> str:
 
 def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: CifarArrays, start: int,
               elapsed: float) -> dict:
-    c, S = config, trainer.steps_per_epoch
     devices = list(previous.get("devices", []))
     if device_name(trainer.device) not in devices:
         devices.append(device_name(trainer.device))
     return {**previous,
-            "format": FORMAT, "status": "running", "message": "", "config": config_record(c),
-            "resolved": {
-                "device": str(trainer.device), "precision": trainer.precision, "steps_per_epoch": S,
-                "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
-                "lr_schedule": {"first": _exp(trainer.schedule_log_lr[0]), "last": _exp(trainer.schedule_log_lr[-1]),
-                                "max": _exp(trainer.schedule_log_lr.max()),
-                                "log_max": float(trainer.schedule_log_lr.max())},
-                "normalisation": {"mean": trainer.data.mean.tolist(), "std": trainer.data.std.tolist()},
-            },
+            "format": FORMAT, "status": "running", "message": "", "config": config_record(config),
+            "resolved": trainer.describe(),
             "devices": devices, "data": arrays.describe(),
             "environment": {
                 "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
@@ -160,48 +152,23 @@ def _write_metrics(path, rows) -> None:
     write_file(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
 
 
-def _exp(log_value: float) -> float | None:
-    """e^x as a float, or None (JSON null) where it exceeds float64."""
-    return math.exp(log_value) if log_value < 709.0 else None
-
-
-def _ldexp(x: float, exponent: int) -> float | None:
-    try:
-        return math.ldexp(x, exponent)
-    except OverflowError:
-        return None
-
-
 def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
-    """The metrics of a finished epoch (module docstring); non-finite weights or test loss → diverged."""
-    (loss_sum, correct, n), (test_loss, test_acc), (t0, t1, t2) = sums, evaluation, times
-    S, sched = trainer.steps_per_epoch, trainer.scheduler
-    norm_opt = trainer.norms()
-    if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
-        raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
-    log_lr = float(trainer.schedule_log_lr[(epoch + 1) * S - 1])
-    lr_sched = _exp(log_lr)  # the schedule's lr, None beyond float64 (then only log_lr says it)
-    lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None  # lr · R, R = 2^log2_rescale
-              else math.exp(log_lr + sched.log2_rescale * math.log(2)))
-    norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # ‖θ‖ in schedule units: log2_rescale is even, √R exact
-    return {
-        "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
-        "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "log_lr": log_lr, "lr_opt": lr_opt,
-        "rescale": sched.rescale, "log2_rescale": sched.log2_rescale,
-        "rescale_count": sched.rescale_count, "weight_norm": norm,
-        "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2, "seconds": time.perf_counter() - t0,
-        "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0),
-    }
+    """The metrics of a finished epoch (:meth:`Trainer.epoch_metrics`, then the timings)."""
+    t0, t1, t2 = times
+    n = sums[2]
+    return {**trainer.epoch_metrics(epoch, sums, evaluation), "seconds": time.perf_counter() - t0,
+            "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0)}
 
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
-              progress: bool = True, position: int = 0, stop_after: int | None = None) -> RunResult:
+              progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
     """Train one run into the folder ``out`` (created); see the module docstring for the files.
 
     ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
     is) and starts fresh otherwise.  Problems with the folder raise :class:`RunError` before anything
     is written, and the trainer is built before anything is created.  ``stop_after=k`` stops after epoch
-    k (status "interrupted"; to test resuming).  Raises :class:`TrainingDiverged` when the run diverges
+    k (status "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
+    (:class:`~explr.cifar10.engine.Trainer`).  Raises :class:`TrainingDiverged` when the run diverges
     (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`Terminated`) when interrupted and
     :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and record
     the status in the manifest (a full disk: if the manifest can still be written).
@@ -214,7 +181,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     trainer = None
     if check_run(config, out, arrays, resume, resolved).state != "finished":  # before anything is created
         torch.set_num_threads(resolved["threads"])
-        trainer = Trainer(config, arrays)
+        trainer = Trainer(config, arrays, model=model)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out) as lock:
         files.remove_leftovers(out)
@@ -224,7 +191,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
                   file=sys.stderr)
         if check.state == "finished":
             return _finished(out)
-        trainer = trainer or Trainer(config, arrays)
+        trainer = trainer or Trainer(config, arrays, model=model)
         return _train(config, out, arrays, trainer, check.state == "resume", resolved, progress, position, stop_after)
 
 
@@ -340,19 +307,50 @@ def _finish(path: Path, manifest: dict, status: str, message: str, elapsed: floa
     write_file(path, _json(manifest))
 
 
+@dataclass(frozen=True)
+class RunSummary:
+    """What a sweep reports of one run: its folder, status, epochs done, a message and the last metrics row.
+
+    ``status``: finished, interrupted, diverged, locked, failed, disk full, submitted or not started;
+    ``epochs_done`` is ``None`` where the run's process did not say.  :meth:`as_dict` is the JSON-able form
+    that :func:`~explr.cifar10.sweep.run_many`, :func:`~explr.cifar10.sweep.submit` and the CLI report."""
+
+    out: str
+    status: str
+    epochs_done: int | None = None
+    message: str = ""
+    final: dict | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def but(self, **changes) -> "RunSummary":
+        """This summary with ``changes`` (status, message, ...)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def of(cls, result: RunResult) -> "RunSummary":
+        return cls(str(result.out), result.status, result.epochs_done, result.message,
+                   result.metrics[-1] if result.metrics else None)
+
+    @classmethod
+    def from_folder(cls, folder) -> "RunSummary":
+        """The summary of a run as its manifest tells it (for runs trained by other processes)."""
+        folder = Path(folder)
+        try:
+            m = read_manifest(folder / MANIFEST)
+            rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+        except (OSError, RunError):
+            return cls(str(folder), "not started", 0)
+        return cls(str(folder), m.get("status"), m.get("epochs_done", len(rows)), m.get("message", ""),
+                   rows[-1] if rows else None)
+
+
 def summary(result: RunResult) -> dict:
-    """A JSON-able summary of a run: out, status, epochs_done, message and the last metrics row."""
-    return {"out": str(result.out), "status": result.status, "epochs_done": result.epochs_done,
-            "message": result.message, "final": result.metrics[-1] if result.metrics else None}
+    """A JSON-able summary of a run (:class:`RunSummary`): out, status, epochs_done, message, last metrics row."""
+    return RunSummary.of(result).as_dict()
 
 
 def summary_from_folder(folder) -> dict:
-    """The summary of a run as its manifest tells it (for runs trained by other processes)."""
-    folder = Path(folder)
-    try:
-        m = read_manifest(folder / MANIFEST)
-        rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
-    except (OSError, RunError):
-        return {"out": str(folder), "status": "not started", "epochs_done": 0, "message": "", "final": None}
-    return {"out": str(folder), "status": m.get("status"), "epochs_done": m.get("epochs_done", len(rows)),
-            "message": m.get("message", ""), "final": rows[-1] if rows else None}
+    """The summary of a run as its manifest tells it (:meth:`RunSummary.from_folder`), as a dict."""
+    return RunSummary.from_folder(folder).as_dict()

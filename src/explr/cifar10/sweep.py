@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..lr_scheduler import PerStepLR
-from .config import TrainConfig, played_schedule
+from .config import TrainConfig, played_schedule, rescale_limit
 from .data import CifarArrays, load_cifar10
 from .engine import TrainingDiverged
 from .hardware import worker_gpus
@@ -45,6 +45,7 @@ from .runs import (
     DiskFull,
     RunError,
     RunLocked,
+    RunSummary,
     check_run,
     check_writable,
     exit_code,
@@ -52,7 +53,6 @@ from .runs import (
     resolved_settings,
     run_dir,
     summary,
-    summary_from_folder,
     train_run,
 )
 
@@ -61,6 +61,8 @@ __all__ = ["prepare", "run_many", "submit", "share_arrays", "attach_arrays"]
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
+    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.config.played_schedule`
+    checks it), and play it into a dummy optimizer; one ``ValueError`` line naming the run otherwise."""
     n = len(arrays.y_train)
     if config.batch_size > n:
         raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {n} training images of "
@@ -68,19 +70,12 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
     where = f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum " \
             f"{config.momentum:g}, --epochs {config.epochs})"
     try:
-        played, exponential = played_schedule(config, n // config.batch_size)
+        played = played_schedule(config, n // config.batch_size)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
-    first = float(np.exp(played.log_lr[0])) if exponential else float(played[0][0])
-    if exponential and not config.rescale_above > first:
-        raise ValueError(f"rescale_above (--rescale-above) must exceed the first lr {first:g} of {where}; got "
-                         f"{config.rescale_above:g}")
     dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=config.momentum)
     try:
-        if exponential:
-            PerStepLR(dummy, played, rescale_above=config.rescale_above)
-        else:
-            PerStepLR(dummy, *played)
+        PerStepLR(dummy, played, rescale_above=rescale_limit(config))
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None
 
@@ -149,7 +144,7 @@ def _run_here(config, folder, arrays, resume, progress) -> dict:
     try:
         return summary(train_run(config, folder, arrays, resume=resume, progress=progress))
     except TrainingDiverged as err:
-        return {"out": str(folder), "status": "diverged", "epochs_done": None, "message": str(err), "final": None}
+        return RunSummary(str(folder), "diverged", None, str(err)).as_dict()
     except RunError as err:
         return _taken(folder, err)
 
@@ -157,7 +152,7 @@ def _run_here(config, folder, arrays, resume, progress) -> dict:
 def _taken(folder, err: RunError) -> dict:
     """The summary of a run whose folder another process took (locked, or trained) after :func:`prepare`."""
     message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
-    return {"out": str(folder), "status": "locked", "epochs_done": None, "message": message, "final": None}
+    return RunSummary(str(folder), "locked", None, message).as_dict()
 
 
 #: exit codes of a worker process (and of the CLI).
@@ -231,15 +226,15 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress) -> list[dict]:
             shm.unlink()
     results = []
     for i, d in enumerate(dirs):
-        r = summary_from_folder(d)
+        r = RunSummary.from_folder(d)
         if codes.get(i) == EXIT_LOCKED:
-            r.update(status="locked", message=f"{d} was taken by another process meanwhile; see the worker's line "
-                                              "above")
+            r = r.but(status="locked", message=f"{d} was taken by another process meanwhile; see the worker's line "
+                                               "above")
         elif codes.get(i) == EXIT_DISK_FULL:
-            r.update(status="disk full", message=f"{d}: the disk filled up; see the worker's line above")
+            r = r.but(status="disk full", message=f"{d}: the disk filled up; see the worker's line above")
         elif codes.get(i) not in (0, EXIT_DIVERGED):
-            r.update(status="failed", message=f"worker exited with code {codes.get(i)}; see its output above")
-        results.append(r)
+            r = r.but(status="failed", message=f"worker exited with code {codes.get(i)}; see its output above")
+        results.append(r.as_dict())
     return results
 
 
@@ -311,7 +306,7 @@ class RunJob:
         try:
             return summary(train_run(self.config, self.folder, resume=self.resume, progress=False))
         except TrainingDiverged as err:
-            return {"out": self.folder, "status": "diverged", "epochs_done": None, "message": str(err), "final": None}
+            return RunSummary(self.folder, "diverged", None, str(err)).as_dict()
         except RunError as err:
             return _taken(self.folder, err)
 
@@ -396,7 +391,7 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
             submitted = [executor.submit(RunJob(configs[i], dirs[i], resume)) for i in todo]
         jobs = dict(zip(todo, submitted))
     if not wait:
-        return [{**(r or {"out": dirs[i], "status": "submitted", "epochs_done": None, "message": "", "final": None}),
+        return [{**(r or RunSummary(dirs[i], "submitted").as_dict()),
                  "job_id": jobs[i].job_id if i in jobs else None} for i, r in enumerate(results)]
     for i, r in _wait_for(jobs, dirs, cluster).items():
         results[i] = r
@@ -406,8 +401,8 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
 def _skipped(folder: str, check) -> dict | None:
     """The summary of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
     if isinstance(check, RunLocked):
-        return {"out": folder, "status": "locked", "epochs_done": None, "message": str(check), "final": None}
-    return {**summary_from_folder(folder), "status": "finished"} if check.state == "finished" else None
+        return RunSummary(folder, "locked", None, str(check)).as_dict()
+    return RunSummary.from_folder(folder).but(status="finished").as_dict() if check.state == "finished" else None
 
 
 #: SLURM job states (``squeue -o %T``) of a job that may still produce a result.
@@ -475,8 +470,7 @@ def _outcome(folder: str, job) -> dict:
 
 
 def _failed(folder: str, job, message: str) -> dict:
-    return {"out": folder, "status": "failed", "epochs_done": None, "message": f"job {job.job_id}: {message}",
-            "final": None}
+    return RunSummary(folder, "failed", None, f"job {job.job_id}: {message}").as_dict()
 
 
 def _last_error_line(text: str) -> str:
