@@ -38,6 +38,7 @@ def setup():
         "figure.figsize": (FIGURE_WIDTH, 3.4),
         "savefig.dpi": 200,          # the rasterized parts of a vector figure
         "svg.fonttype": "none",      # text as text: sharp at any zoom, and small
+        "svg.hashsalt": "explr",     # stable element ids: a re-run changes only what changed
         "font.family": "DejaVu Sans",
         "axes.grid": True,
         "grid.alpha": 0.3,
