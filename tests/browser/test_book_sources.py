@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 
 from bookcheck import ROOT, config, toc_docnames
 
-CHAPTERS = toc_docnames()[1:]
+CHAPTERS = [d for d in toc_docnames()[1:] if (ROOT / f"{d}.ipynb").exists()]  # not the notation page
 
 spec = importlib.util.spec_from_file_location("colab_cell", ROOT / ".ci" / "colab_cell.py")
 colab_cell = importlib.util.module_from_spec(spec)
