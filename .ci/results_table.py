@@ -8,9 +8,9 @@ tolerance.  Everything comes from the committed notebooks ``book/NN_*.ipynb``:
 * the book's label of a paper result: the ``prf`` directive whose title names it, as in
   ``:::{prf:theorem} TEXP (Li & Arora, Thm 2.12)`` with ``:label: thm-texp`` (else the label in
   ``RESULTS`` below, if the chapter defines it);
-* its check lines: the lines the chapter's cells printed in the sections (``##`` headings) whose
-  text defines or cites that label (``{prf:ref}`thm-texp```), else the lines that match the
-  result's pattern in ``RESULTS``.  A check line is what ``explr.params.Checks`` prints,
+* its check lines: the lines the chapter's cells printed in the section (``##`` heading) that
+  states the result, else in the sections whose text cites its label (``{prf:ref}`thm-texp```),
+  else the lines that match the result's pattern in ``RESULTS``.  A check line is what ``explr.params.Checks`` prints,
   "✓ <claim>: measured <x>, tolerance <y>" or "SKIPPED (not asserted): <claim>; <needs>", or, in a
   chapter not converted to it yet, a line ending in ": True".
 
@@ -72,7 +72,7 @@ class Chapter:
     stem: str
     label: str | None
     titles: dict = field(default_factory=dict)  # label -> directive title
-    sections: list = field(default_factory=list)  # (labels defined or cited, [Check])
+    sections: list = field(default_factory=list)  # (labels defined, labels cited, [Check])
 
 
 def paper_keys(title: str) -> set:
@@ -121,28 +121,28 @@ def read_chapter(path: Path) -> Chapter:
     first = "".join(cells[0]["source"]) if cells else ""
     label = CHAPTER_LABEL.search(first)
     chapter = Chapter(path.stem, label.group(1) if label else None)
-    labels, checks = set(), []
+    defined, cited, checks = set(), set(), []
     for cell in cells:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             pieces = re.split(r"(?m)^(?=#{2,6}\s)", source)
             for i, piece in enumerate(pieces):
                 if i > 0 or (HEADING.match(piece) and not piece.startswith("# ")):
-                    chapter.sections.append((labels, checks))
-                    labels, checks = set(), []
+                    chapter.sections.append((defined, cited, checks))
+                    defined, cited, checks = set(), set(), []
                 for m in DIRECTIVE.finditer(piece):
                     rest = piece[m.end():]
                     lab = LABEL_OPTION.match(rest.lstrip("\n"))
                     if lab:
                         chapter.titles[lab.group(1)] = m.group(2).strip()
-                        labels.add(lab.group(1))
-                labels |= set(CITED.findall(piece))
+                        defined.add(lab.group(1))
+                cited |= set(CITED.findall(piece))
         elif cell["cell_type"] == "code":
             for line in output_text(cell).splitlines():
                 check = parse_check(line)
                 if check:
                     checks.append(check)
-    chapter.sections.append((labels, checks))
+    chapter.sections.append((defined, cited, checks))
     return chapter
 
 
@@ -151,9 +151,13 @@ def escape(text: str) -> str:
 
 
 def rows_for(chapter: Chapter, label: str | None, pattern: str) -> list[Check]:
-    found = [c for labels, checks in chapter.sections if label and label in labels for c in checks]
+    # the checks of the section that states the result; else of the sections that cite it; else
+    # the chapter's checks that match the result's pattern
+    found = [c for defined, _, checks in chapter.sections if label in defined for c in checks]
     if not found:
-        found = [c for _, checks in chapter.sections for c in checks if re.search(pattern, c.claim)]
+        found = [c for _, cited, checks in chapter.sections if label in cited for c in checks]
+    if not found:
+        found = [c for *_, checks in chapter.sections for c in checks if re.search(pattern, c.claim)]
     unique, seen = [], set()
     for c in found:
         if (c.claim, c.measured) not in seen:
