@@ -6,22 +6,22 @@
 1. Decode the data once (``explr.cifar10.data`` caches the uint8 arrays under ``--data-root``).
 2. Measure the aggregate throughput of 1 and ``--concurrency`` engine processes
    (``benchmarks/bench_concurrency.py``).
-3. Pick the first plan of ``PLANS`` (epochs of the main recipe, seeds) whose predicted time fits what is
+3. Pick the first of ``SIZES`` (epochs of the main recipe, seeds) whose predicted time fits what is
    left of the budget with a margin.
-4. Start every run as its own ``python -m explr.cifar10`` process (one (schedule, seed) each):
-   ``main`` (the five schedules), ``ablation-none`` (TEXP with ``--corrections none``, paired by seed with
-   main's TEXP) and ``paper-scale`` (Step Decay + WD and TEXP at λ = 5e-3 whose TEXP lr grows e^33 in
-   phase 0 and is rescaled whenever it passes 1).
-5. At the deadline, stop what still runs (its checkpoint of the last epoch stays: ``--resume`` continues it)
-   and pack metrics, manifests and logs into ``OUTDIR/results.tar.gz`` (checkpoints of unfinished runs
-   into ``OUTDIR/checkpoints.tar``).
+4. Train its plan (:func:`explr.cifar10.plans.experiment_plan`): ``main`` (the five schedules),
+   ``ablation-none`` (TEXP with ``corrections="none"``, paired by seed with main's TEXP) and ``paper-scale``
+   (Step Decay + WD and TEXP at λ = 5e-3, decays at 2/3 and 5/6 of 12 epochs, whose TEXP lr grows e^33 in
+   phase 0 and is rescaled whenever it passes 1), every run at once in the sweep's pool
+   (:func:`explr.cifar10.sweep.run_plan`, one process per run, its output in its folder's ``train.log``).
+5. At the deadline the pool stops what still runs (its checkpoint of the last epoch stays: ``--resume``
+   continues it); metrics, manifests and logs are packed into ``OUTDIR/results.tar.gz`` (checkpoints of
+   unfinished runs into ``OUTDIR/checkpoints.tar``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -31,31 +31,22 @@ from pathlib import Path
 T0 = time.time()
 STEPS_PER_EPOCH = 50_000 // 128
 #: (main epochs, seeds of step/texp/ablation, seeds of cosine/cosine-texp/texp--), most preferred first.
-PLANS = [(40, 5, 2), (30, 5, 3), (30, 5, 2), (30, 3, 2), (20, 3, 2), (16, 3, 2)]
-PAPER = dict(epochs=12, decay=(8, 10), wd=5e-3, rescale_above=1.0, seeds=(0,))
+SIZES = [(40, 5, 2), (30, 5, 3), (30, 5, 2), (30, 3, 2), (20, 3, 2), (16, 3, 2)]
+PAPER_EPOCHS, PAPER_SEEDS = 12, (0,)
 
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
 
 
-def runs_for(plan, out: Path):
-    epochs, s_main, s_other = plan
-    common = ["--epochs", str(epochs), "--depth", "32", "--batch-size", "128", "--lr", "0.1", "--momentum", "0.9"]
-    runs = []
-    for sched in ("step", "texp", "texp--", "cosine", "cosine-texp"):
-        for seed in range(s_main if sched in ("step", "texp") else s_other):
-            runs.append((out / "main", sched, seed, common + ["--wd", "5e-4"], epochs))
-    for seed in range(s_main):
-        runs.append((out / "ablation-none", "texp", seed, common + ["--wd", "5e-4", "--corrections", "none"], epochs))
-    for sched in ("step", "texp"):
-        for seed in PAPER["seeds"]:
-            runs.append((out / "paper-scale", sched, seed,
-                         ["--epochs", str(PAPER["epochs"]), "--decay-epochs", *map(str, PAPER["decay"]),
-                          "--depth", "32", "--batch-size", "128", "--lr", "0.1", "--momentum", "0.9",
-                          "--wd", str(PAPER["wd"]), "--rescale-above", str(PAPER["rescale_above"])],
-                         PAPER["epochs"]))
-    return runs
+def plan_for(size, **common):
+    """The experiment plan of ``size`` (:data:`SIZES`); ``common``: settings of every run (data, device, ...)."""
+    from explr.cifar10.plans import experiment_plan
+
+    epochs, s_main, s_other = size
+    seeds = {s: range(s_main if s in ("step", "texp") else s_other)
+             for s in ("step", "texp", "texp--", "cosine", "cosine-texp")}
+    return experiment_plan(epochs, seeds, paper_seeds=PAPER_SEEDS, paper_epochs=PAPER_EPOCHS, **common)
 
 
 def pack(out: Path, dest: Path) -> None:
@@ -88,26 +79,31 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=540, help="seconds from start until results are packed")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--margin", type=float, default=1.3, help="predicted time x margin must fit")
-    ap.add_argument("--plan", type=int, default=None, help="force PLANS[i] (skips the probe)")
+    ap.add_argument("--plan", type=int, default=None, help="force SIZES[i] (skips the probe)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="tiny plan and paper-scale runs (a check of this script)")
     args = ap.parse_args()
+    global PAPER_EPOCHS
     if args.smoke:
-        PLANS[:] = [(2, 1, 1)]
-        PAPER.update(epochs=3, decay=(1, 2))
+        SIZES[:] = [(2, 1, 1)]
+        PAPER_EPOCHS = 3
         args.plan = 0
     out, dest = Path(args.out), Path(args.pack)
     dest.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    os.environ.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
     from explr.cifar10 import load_cifar10
+    from explr.cifar10.config import config_to_argv
+    from explr.cifar10.sweep import run_plan
+
     arrays = load_cifar10(args.data, root=args.data_root, progress=False)
     log(f"data: {arrays.describe()['source']} {arrays.x_train.shape} {arrays.x_test.shape}")
+    common = dict(data=args.data, data_root=args.data_root, device=args.device, threads=1)
 
     if args.plan is None:
         probe = subprocess.run([sys.executable, "benchmarks/bench_concurrency.py", "--device", args.device, "--jobs", "1",
                                 str(args.concurrency), "--seconds", "8", "--json", str(dest / "probe.json")],
-                               env=env, capture_output=True, text=True)
+                               capture_output=True, text=True)
         print(probe.stdout, probe.stderr[-3000:], flush=True)
         if probe.returncode != 0:
             log("probe failed")
@@ -115,53 +111,28 @@ def main() -> int:
         rows = json.loads((dest / "probe.json").read_text())["rows"]
         agg = rows[-1]["images_per_s"]
         left = args.budget - (time.time() - T0) - 25  # start-up and packing
-        choice = len(PLANS) - 1
-        for i, plan in enumerate(PLANS):
-            work = sum(e for *_, e in runs_for(plan, out)) * STEPS_PER_EPOCH * 128 * 1.08  # +8 %: evaluation
+        choice = len(SIZES) - 1
+        for i, size in enumerate(SIZES):
+            runs = [c for group in plan_for(size, **common).values() for c in group]
+            work = sum(c.epochs for c in runs) * STEPS_PER_EPOCH * 128 * 1.08  # +8 %: evaluation
             predicted = work / agg * args.margin
-            log(f"plan {plan}: {len(runs_for(plan, out))} runs, predicted {predicted:.0f} s of {left:.0f} s left")
+            log(f"size {size}: {len(runs)} runs, predicted {predicted:.0f} s of {left:.0f} s left")
             if predicted <= left:
                 choice = i
                 break
     else:
         choice = args.plan
-    plan = PLANS[choice]
-    runs = runs_for(plan, out)
-    log(f"chosen plan {plan}: {len(runs)} runs")
-    (dest / "plan.json").write_text(json.dumps({"plan": plan, "runs": [[str(o), s, seed, a] for o, s, seed, a, _ in runs]},
-                                               indent=1))
-    procs = []
-    for o, sched, seed, extra, _ in runs:
-        d = o / sched / f"seed{seed}"
-        d.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "explr.cifar10", "--schedule", sched, "--seed", str(seed), "--out", str(o),
-               "--data", args.data, "--data-root", args.data_root, "--device", args.device, "--threads", "1",
-               "--no-progress", "--resume", *extra]
-        f = open(d / "train.log", "w")
-        procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f, d))
-    deadline = T0 + args.budget - 15
-    last = 0.0
-    while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
-        time.sleep(2)
-        if time.time() - last > 60:
-            last = time.time()
-            done = []
-            for _, _, d in procs:
-                try:
-                    done.append(json.loads((d / "manifest.json").read_text()).get("epochs_done", 0))
-                except (OSError, ValueError):
-                    done.append(0)
-            log(f"epochs done per run: {done}")
-    for p, f, d in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p, f, d in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-        f.close()
-        log(f"{d}: exit {p.returncode}")
+    size = SIZES[choice]
+    plan = plan_for(size, **common)
+    n_runs = sum(len(group) for group in plan.values())
+    log(f"chosen size {size}: {n_runs} runs")
+    (dest / "plan.json").write_text(json.dumps({"plan": size, "runs": [
+        [str(out / name), c.schedule, c.seed, config_to_argv(c)] for name, group in plan.items() for c in group]},
+        indent=1))
+    results = run_plan(plan, out, arrays=arrays, jobs=n_runs, resume=True, progress=False,
+                       deadline=T0 + args.budget - 15, log_file="train.log")
+    for r in results:
+        log(f"{r['out']}: {r['status']}, {r['epochs_done']} epochs")
     pack(out, dest)
     return 0
 

@@ -4,12 +4,13 @@
     arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
     npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 """
+from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.data import make_synthetic, write_npz
 from explr.cifar10.runs import TIMING_KEYS
 
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
-CLI_TINY = ["--epochs", "3", "--batch-size", "32", "--depth", "8", "--threads", "1", "--eval-batch-size", "64",
-            "--log-every", "2", "--no-progress"]
+#: TINY on the command line (--epochs 3 --batch-size 32 ...), without progress bars
+CLI_TINY = [*config_to_argv(TrainConfig(**TINY)), "--no-progress"]
 
 
 def tiny_arrays():
@@ -24,3 +25,12 @@ def tiny_npz(arrays, tmp_path_factory):
 def reproducible(rows):
     """The metrics rows without their wall-clock timings (everything else is reproducible bit for bit)."""
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+def alive(pid):
+    """Whether process ``pid`` is running (a zombie, which has ended, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

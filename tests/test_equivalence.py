@@ -6,14 +6,16 @@ with the converted schedule and no weight decay -- and compares the logits on fi
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from explr.invariance import TWIN_EFFECTIVE_LR_TOLERANCE, effective_lr_gap
 from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
+from explr.models import invariant_bn_mlp
 import explr.sgd as sgd_module
 from explr.lr_scheduler import PerStepLR
 from explr.sgd import output_deviation, prediction_agreement, train_sgd
 
-from digits_helpers import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches
 
 STEPS = 1000
 pytestmark = pytest.mark.slow  # each test trains the network for seconds: `make test` runs them, `make unit` not
@@ -26,7 +28,7 @@ def setup(digits64):
 
 def run(setup, lr, wd, momentum, **kw):
     batches, probe = setup
-    return train_sgd(invariant_mlp(), loss_fn, batches, lr, wd, momentum, probe=probe, record_every=10, **kw)
+    return train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, lr, wd, momentum, probe=probe, record_every=10, **kw)
 
 
 def assert_equivalent(original, twin, schedule, tol=1e-9):
@@ -113,16 +115,16 @@ def test_rescaling_keeps_an_overflowing_float32_run_finite_and_exact_in_float64(
     probe = digits64.x_test[:256]
 
     def run32(**kw):
-        model = invariant_mlp(eps=1e-30, dtype=torch.float32)
-        return train_sgd(model, loss_fn, batches32, s.lr, s.wd, 0.9, probe=probe.float(), record_every=50, **kw)
+        model = invariant_bn_mlp(eps=1e-30, dtype=torch.float32)
+        return train_sgd(model, F.cross_entropy, batches32, s.lr, s.wd, 0.9, probe=probe.float(), record_every=50, **kw)
 
     with pytest.raises(OverflowError, match="step 1115 .*float32|step 1115 .*3.4"):  # without rescaling
         run32()
     safe = run32(rescale_above=1e3)
     assert np.isfinite(safe.outputs).all() and np.isfinite(safe.norms).all()
     assert safe.lrs.max() <= 1e3 and safe.rescale < 1e-40
-    plain64 = train_sgd(invariant_mlp(), loss_fn, batches64, s.lr, s.wd, 0.9, probe=probe, record_every=50)
-    rescaled64 = train_sgd(invariant_mlp(), loss_fn, batches64, s.lr, s.wd, 0.9, probe=probe, record_every=50,
+    plain64 = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches64, s.lr, s.wd, 0.9, probe=probe, record_every=50)
+    rescaled64 = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches64, s.lr, s.wd, 0.9, probe=probe, record_every=50,
                            rescale_above=1e3)
     assert rescaled64.rescale < 1e-40
     assert output_deviation(plain64, rescaled64).max() <= 1e-12
@@ -138,12 +140,12 @@ def test_rescaled_float32_run_agrees_with_float64_sgd_while_not_chaotic(digits64
     s = exp_lr(lr, wd, 0.9, steps)
     batches64 = digit_batches(digits64, steps)
     probe = digits64.x_test[:256]
-    reference = train_sgd(invariant_mlp(), loss_fn, batches64, np.full(steps, lr), wd, 0.9, probe=probe,
+    reference = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches64, np.full(steps, lr), wd, 0.9, probe=probe,
                           record_every=50)
 
     def run32():
-        model = invariant_mlp(eps=1e-30, dtype=torch.float32)
-        return train_sgd(model, loss_fn, [(x.float(), y) for x, y in batches64], s.lr, s.wd, 0.9,
+        model = invariant_bn_mlp(eps=1e-30, dtype=torch.float32)
+        return train_sgd(model, F.cross_entropy, [(x.float(), y) for x, y in batches64], s.lr, s.wd, 0.9,
                          probe=probe.float(), record_every=50, rescale_above=0.101)
 
     rescaled = run32()
@@ -173,7 +175,7 @@ def test_a_texp_with_the_wrong_weight_decay_fails_the_twin_effective_lr_check(di
     batches = digit_batches(digits64, len(lr))
 
     def per_epoch_effective_lr(schedule_lr, schedule_wd):
-        t = train_sgd(invariant_mlp(), loss_fn, batches, schedule_lr, schedule_wd, 0.9, record_every=100)
+        t = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, schedule_lr, schedule_wd, 0.9, record_every=100)
         return (t.lrs / t.sq_norms[:-1])[99::100]
 
     original = per_epoch_effective_lr(lr, 5e-4)

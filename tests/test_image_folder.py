@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explr.cifar10 import data as data_module
+from explr.cifar10 import image_folder as image_folder_module
 from explr.cifar10.data import CLASSES, DataError, load_cifar10, load_image_folder, make_synthetic, write_image_folder
 
 
@@ -178,7 +178,7 @@ def _tar(path, tree, extra=()):
 def _no_decoding(monkeypatch):
     def decode(name, raw):
         raise AssertionError(f"{name} was decoded")
-    monkeypatch.setattr(data_module, "_decode_image", decode)
+    monkeypatch.setattr(image_folder_module, "_decode_image", decode)
 
 
 def test_constant_images_are_refused_before_the_cache_is_written(tmp_path):

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from explr.invariance import (
@@ -17,7 +18,6 @@ from explr.invariance import (
 )
 from explr.models import bn_mlp
 
-from digits_helpers import loss_fn
 
 
 @pytest.fixture()
@@ -30,13 +30,13 @@ def trained_ordinary(batch):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(10):
         opt.zero_grad()
-        loss_fn(model(batch[0]), batch[1]).backward()
+        F.cross_entropy(model(batch[0]), batch[1]).backward()
         opt.step()
     return model
 
 
 def rows(model, batch, **kw):
-    return {r.group: r for r in check_scale_invariance(model, loss_fn, *batch, **kw)}
+    return {r.group: r for r in check_scale_invariance(model, F.cross_entropy, *batch, **kw)}
 
 
 def test_checker_flags_what_breaks_invariance_in_an_ordinary_network(batch):
@@ -78,11 +78,11 @@ def test_checker_finds_bn_eps_and_running_statistics(batch):
 def test_checker_and_freezer_bad_input(batch):
     model = bn_mlp(seed=0).double()
     with pytest.raises(ValueError, match="scales"):
-        check_scale_invariance(model, loss_fn, *batch, scales=(0.0,))
+        check_scale_invariance(model, F.cross_entropy, *batch, scales=(0.0,))
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
-        check_scale_invariance(model, loss_fn, *batch)
+        check_scale_invariance(model, F.cross_entropy, *batch)
     with pytest.raises(ValueError, match="no nn.Linear"):
         make_scale_invariant(nn.Sequential(nn.Conv2d(1, 1, 3)))
 

@@ -11,13 +11,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from explr import PerStepLR, lr_scheduler
 from explr.invariance import make_scale_invariant
-from explr.models import bn_mlp
+from explr.models import bn_mlp, invariant_bn_mlp
 from explr.schedules import step_decay, texp
 
-from digits_helpers import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches
 
 LR = step_decay(0.1, 6, 50, [2, 4])  # phases start at steps 100 and 200
 SCHEDULE = texp(LR, 5e-4, 0.9)
@@ -27,13 +28,13 @@ def train(model, opt, sched, batches, start, stop):
     for k in range(start, stop):
         x, y = batches[k]
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
+        F.cross_entropy(model(x), y).backward()
         opt.step()
         sched.step()
 
 
 def fresh(rescale_above=None, **kw):
-    model = invariant_mlp()
+    model = invariant_bn_mlp()
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
     return model, opt, PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=rescale_above, **kw)
 
@@ -169,7 +170,7 @@ def groups_optimizer(model, head_lr=0.02):
 
 
 def digits_mlp_with_trainable_head():
-    model = invariant_mlp()
+    model = invariant_bn_mlp()
     for p in model[6].parameters():  # make_scale_invariant froze the last layer: train it again
         p.requires_grad_(True)
     return model
@@ -233,12 +234,12 @@ def test_model_running_statistics_follow_a_rescaling(digits64):
 def test_first_rescaling_warns_when_the_model_is_not_scale_invariant(digits64):
     """The optimizer holds every parameter; the frozen ones (BN affine, last layer) are not rescaled."""
     for invariant in (True, False):
-        model = invariant_mlp() if invariant else digits_mlp_with_trainable_head()
+        model = invariant_bn_mlp() if invariant else digits_mlp_with_trainable_head()
         frozen_head = model[6].weight.detach().clone()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         sched = PerStepLR(opt, [0.1, 100.0, 100.0], rescale_above=1.0, model=model)
         x, y = digits64.x_train[:128], digits64.y_train[:128]
-        loss_fn(model(x), y).backward()
+        F.cross_entropy(model(x), y).backward()
         opt.step()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -5,19 +5,21 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from explr.schedules import alpha, exp_lr
 from explr.sgd import exp_lr_overflow_step, norm_recursion, train_sgd
+from explr.models import invariant_bn_mlp
 
-from digits_helpers import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_recorded_norms_and_updates_are_those_of_the_parameters(digits64):
-    model = invariant_mlp()
+    model = invariant_bn_mlp()
     before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters() if p.requires_grad])
-    traj = train_sgd(model, loss_fn, digit_batches(digits64, 5), np.full(5, 0.1), 5e-4, 0.9, record_every=5)
+    traj = train_sgd(model, F.cross_entropy, digit_batches(digits64, 5), np.full(5, 0.1), 5e-4, 0.9, record_every=5)
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
     assert traj.sq_norms.shape == (6,) and traj.sq_updates.shape == (5,)
     assert math.isclose(traj.sq_norms[0], before.square().sum().item(), rel_tol=1e-14)
@@ -30,7 +32,7 @@ def test_lemma_b1_holds_at_every_step_without_weight_decay(digits64, momentum):
     """Constant LR (the lemma as stated) and a varying LR (γ_t = γ η_t/η_{t−1}), both without WD."""
     steps = 40
     for lr in (np.full(steps, 0.3), np.geomspace(0.05, 2.0, steps)):
-        traj = train_sgd(invariant_mlp(), loss_fn, digit_batches(digits64, steps), lr, 0.0, momentum)
+        traj = train_sgd(invariant_bn_mlp(), F.cross_entropy, digit_batches(digits64, steps), lr, 0.0, momentum)
         growth = np.diff(traj.sq_norms)
         predicted = norm_recursion(traj.sq_norms, traj.sq_updates, lr, momentum)
         np.testing.assert_allclose(predicted, growth, rtol=1e-9, atol=1e-12 * traj.sq_norms[0])
@@ -40,7 +42,7 @@ def test_lemma_b1_holds_at_every_step_without_weight_decay(digits64, momentum):
 def test_lemma_b1_fails_with_weight_decay(digits64):
     """Weight decay breaks ⟨update, θ⟩ = γ⟨previous update, θ⟩: the check is not vacuous."""
     steps, lr = 20, np.full(20, 0.3)
-    traj = train_sgd(invariant_mlp(), loss_fn, digit_batches(digits64, steps), lr, 5e-2, 0.9)
+    traj = train_sgd(invariant_bn_mlp(), F.cross_entropy, digit_batches(digits64, steps), lr, 5e-2, 0.9)
     predicted = norm_recursion(traj.sq_norms, traj.sq_updates, lr, 0.9)
     assert np.abs(predicted - np.diff(traj.sq_norms)).max() > 1e-3 * traj.sq_norms[0]
 

@@ -2,11 +2,13 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from explr.digits import batch_schedule, load_digits
 from explr.sgd import paper_sgd_step, train_sgd
+from explr.models import invariant_bn_mlp
 
-from digits_helpers import digit_batches, invariant_mlp, loss_fn
+from digits_helpers import digit_batches
 
 
 def test_torch_sgd_is_the_papers_recursion():
@@ -29,14 +31,14 @@ def test_torch_sgd_is_the_papers_recursion():
 
 def test_train_sgd_records_and_validates(digits64):
     batches = digit_batches(digits64, 20)
-    traj = train_sgd(invariant_mlp(), loss_fn, batches, np.full(20, 0.1), 5e-4, 0.9,
+    traj = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(20, 0.1), 5e-4, 0.9,
                      probe=digits64.x_test[:8], record_every=5)
     assert list(traj.steps) == [0, 5, 10, 15, 20]
     assert traj.outputs.shape == (5, 8, 10) and traj.losses.shape == (20,) and traj.rescale == 1.0
     with pytest.raises(ValueError, match="batches has 20 entries but the schedule has 30 steps"):
-        train_sgd(invariant_mlp(), loss_fn, batches, np.full(30, 0.1))
+        train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(30, 0.1))
     with pytest.raises(ValueError, match="record_every"):
-        train_sgd(invariant_mlp(), loss_fn, batches, np.full(20, 0.1), record_every=0)
+        train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(20, 0.1), record_every=0)
 
 
 def test_digits_split_and_batches_are_reproducible():

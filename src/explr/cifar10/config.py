@@ -49,6 +49,7 @@ __all__ = [
     "add_config_arguments",
     "argument_type",
     "configs_from_args",
+    "config_to_argv",
     "default_decay_epochs",
     "check_lr_range",
     "check_schedule_memory",
@@ -359,3 +360,21 @@ def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
         shared["decay_epochs"] = tuple(shared["decay_epochs"])
     values = [list(dict.fromkeys(getattr(args, n))) for n in sweep]
     return [TrainConfig(**shared, **dict(zip(sweep, combo))) for combo in itertools.product(*values)]
+
+
+def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
+    """The command-line flags (:func:`add_config_arguments`) that give ``config``: one per field that differs from
+    its default (every field with ``defaults=True``), ``--flag``/``--no-flag`` for a switch and the values of a
+    list after its flag; a ``None`` (automatic) is left out.  ``configs_from_args`` of them gives ``config`` back."""
+    argv = []
+    for name, f in _FIELDS.items():
+        value = getattr(config, name)
+        if value is None or (not defaults and value == f.default):
+            continue
+        if isinstance(f.metadata["rule"], Flag):
+            argv.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):
+            argv += [flag(name), *map(str, value)]
+        else:
+            argv += [flag(name), str(value)]
+    return argv

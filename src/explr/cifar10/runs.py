@@ -334,6 +334,12 @@ class RunSummary:
                    result.metrics[-1] if result.metrics else None)
 
     @classmethod
+    def taken(cls, folder, err: RunError) -> "RunSummary":
+        """A run whose folder another process took (locked, or trained) after the sweep's checks: "locked"."""
+        message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
+        return cls(str(folder), "locked", None, message)
+
+    @classmethod
     def from_folder(cls, folder) -> "RunSummary":
         """The summary of a run as its manifest tells it (for runs trained by other processes)."""
         folder = Path(folder)

@@ -1,0 +1,231 @@
+"""Many runs on a cluster, through submitit.
+
+:func:`submit` sends each run as its own job through submitit (``cluster="slurm"`` or ``"local"``),
+into the same folders with the same manifests.  A job always trains with the run lock and resumes
+from the run's checkpoint when SLURM preempts or times it out and requeues it (``checkpoint``), so
+submitting the same sweep again with ``--resume`` is idempotent: finished runs are skipped and runs
+that jobs still hold are reported "locked", neither submitted again.  SLURM is asked first whether it
+would run the jobs at all (:func:`check_slurm`), and :func:`check_launcher` refuses options that the
+chosen launcher would ignore.
+
+:mod:`explr.cifar10.sweep` re-exports :func:`submit`, :func:`check_launcher`, :func:`check_slurm` and
+:class:`RunJob`.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .config import TrainConfig
+from .engine import TrainingDiverged
+from .preflight import prepare
+from .runs import RunError, RunLocked, RunSummary, run_dir, summary, train_run
+
+__all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
+
+
+# ----------------------------------------------------------------------------- a cluster, through submitit
+def check_launcher(launcher: str, *, jobs: int = 1, cluster: str = "slurm", partition: str | None = None,
+                   account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
+                   wait: bool = True) -> None:
+    """Refuse, in one ``ValueError`` line, options that the chosen launcher would silently ignore."""
+    if launcher == "submitit":
+        if jobs != 1:
+            raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, "
+                             "and the cluster decides how many run at once")
+        if cluster == "local" and (partition or account):
+            raise ValueError("--partition and --account are SLURM's: they mean nothing with --cluster local")
+        return
+    given = [flag for flag, value in (("--partition", partition), ("--account", account),
+                                      ("--gpus-per-run", gpus_per_run), ("--cpus-per-run", cpus_per_run),
+                                      ("--no-wait", not wait)) if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply to --launcher submitit (this sweep trains here)")
+
+
+class RunJob:
+    """One run as a submitit job: trains (or resumes) it; ``checkpoint`` requeues it with ``resume=True``."""
+
+    def __init__(self, config: TrainConfig, folder: str, resume: bool):
+        self.config, self.folder, self.resume = config, folder, resume
+
+    def __call__(self) -> dict:
+        try:
+            return summary(train_run(self.config, self.folder, resume=self.resume, progress=False))
+        except TrainingDiverged as err:
+            return RunSummary(self.folder, "diverged", None, str(err)).as_dict()
+        except RunError as err:
+            return RunSummary.taken(self.folder, err).as_dict()
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(RunJob(self.config, self.folder, resume=True))
+
+
+def _slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run) -> list[str]:
+    flags = [f"--time={timeout_min}"]
+    for name, value in (("partition", partition), ("account", account), ("gpus-per-node", gpus_per_run),
+                        ("cpus-per-task", cpus_per_run)):
+        if value:
+            flags.append(f"--{name}={value}")
+    return flags
+
+
+def check_slurm(flags: list[str]) -> None:
+    """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted).
+
+    A missing ``sbatch``, an unknown partition or account, GPUs or CPUs the cluster does not have, or an
+    unreachable controller is one ``ValueError`` line.
+    """
+    if not shutil.which("sbatch"):
+        raise ValueError("--cluster slurm: there is no sbatch on this machine (not a SLURM cluster?); "
+                         "--cluster local runs the jobs here")
+    try:
+        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        raise ValueError("--cluster slurm: sbatch --test-only did not answer within 60 s") from None
+    if r.returncode != 0:
+        lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+        reason = (errors or lines or [f"exit code {r.returncode}"])[0]
+        raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
+
+
+def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
+           folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
+           account: str | None = None, cpus_per_run: int | None = None) -> list[dict]:
+    """Check the sweep (:func:`prepare`), then submit each run as one job of a submitit job array.
+
+    ``cluster``: ``"slurm"`` or ``"local"`` (submitit's local executor: subprocesses of this machine).  On
+    SLURM the request (partition, account, GPUs, CPUs, time) is checked first (:func:`check_slurm`).
+    ``folder``: submitit's logs and pickles (default ``<out>/.submitit``; files ``<job id>_...``).
+    With ``resume``, finished runs are skipped and runs held by a live process (a job still running) are
+    reported "locked"; neither is submitted.  ``wait=True`` waits for every job and returns one summary
+    per run; otherwise returns at once, with ``job_id`` (None for a run not submitted) in each.  SIGINT
+    or SIGTERM while waiting cancels the jobs of ``cluster="local"`` (they end with this process);
+    SLURM jobs keep running.
+    """
+    try:
+        import submitit
+    except ImportError:
+        raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
+                         "requirements.txt)") from None
+    check_launcher("submitit", cluster=cluster, partition=partition, account=account)
+    _, checks, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False)
+    for note in notes:
+        print(note, file=sys.stderr)
+    dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
+    results = [_skipped(d, check) for d, check in zip(dirs, checks)]
+    todo = [i for i, r in enumerate(results) if r is None]
+    jobs = {}
+    if todo:
+        if cluster == "slurm":
+            check_slurm(_slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run))
+        try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
+            executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
+        except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
+            raise ValueError(f"--cluster {cluster}: {err}") from None
+        params = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_run, "name": "explr-cifar10"}
+        if cpus_per_run:
+            params["cpus_per_task"] = cpus_per_run
+        if cluster == "slurm":
+            params.update({k: v for k, v in (("slurm_partition", partition), ("slurm_account", account)) if v})
+        executor.update_parameters(**params)
+        with executor.batch():
+            submitted = [executor.submit(RunJob(configs[i], dirs[i], resume)) for i in todo]
+        jobs = dict(zip(todo, submitted))
+    if not wait:
+        return [{**(r or RunSummary(dirs[i], "submitted").as_dict()),
+                 "job_id": jobs[i].job_id if i in jobs else None} for i, r in enumerate(results)]
+    for i, r in _wait_for(jobs, dirs, cluster).items():
+        results[i] = r
+    return results
+
+
+def _skipped(folder: str, check) -> dict | None:
+    """The summary of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
+    if isinstance(check, RunLocked):
+        return RunSummary(folder, "locked", None, str(check)).as_dict()
+    return RunSummary.from_folder(folder).but(status="finished").as_dict() if check.state == "finished" else None
+
+
+#: SLURM job states (``squeue -o %T``) of a job that may still produce a result.
+_RUNNING = {"CONFIGURING", "COMPLETING", "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RUNNING",
+            "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
+
+
+def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
+    """{index: summary} of every job, when all have ended; a job that failed is status "failed" with its error.
+
+    A SLURM job has ended when its result file is there, or when ``squeue`` has said for 10 s that it ended
+    without one (cancelled, killed).  (submitit would ask ``sacct``, which clusters without accounting, such
+    as ``.ci/slurm-up``'s, do not have.)
+    """
+    pending, results, ended_since = dict(jobs), {}, {}
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if job.paths.result_pickle.exists() if cluster == "slurm" else job.done():
+                    results[i] = _outcome(dirs[i], job)
+                    del pending[i]
+            if cluster == "slurm" and pending:
+                states = _squeue_states([job.job_id for job in pending.values()])
+                for i, job in list(pending.items()):
+                    state = states.get(job.job_id, "gone from squeue")
+                    if state != "UNKNOWN" and state.split()[0] not in _RUNNING:
+                        if time.monotonic() - ended_since.setdefault(i, time.monotonic()) > 10:  # and no result came
+                            results[i] = _failed(dirs[i], job, f"ended ({state}) without a result; see "
+                                                               f"{job.paths.stderr}")
+                            del pending[i]
+                    else:
+                        ended_since.pop(i, None)
+            time.sleep(1 if pending else 0)
+    except KeyboardInterrupt:
+        if cluster == "local":  # the jobs are processes of this machine: they end with this one
+            for job in pending.values():
+                job.cancel(check=False)
+            deadline = time.monotonic() + 60
+            while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
+                  file=sys.stderr)
+        raise
+    return results
+
+
+def _squeue_states(job_ids: list[str]) -> dict:
+    """{job id: state} of the jobs ``squeue`` still lists; every state is "UNKNOWN" if it does not answer."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        r = None
+    if r is None or r.returncode != 0:
+        return dict.fromkeys(job_ids, "UNKNOWN")
+    return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
+
+
+def _outcome(folder: str, job) -> dict:
+    try:
+        return job.result()
+    except Exception as err:  # the job failed: submitit re-raises its error with the job's traceback
+        return _failed(folder, job, _last_error_line(str(err)) or type(err).__name__)
+
+
+def _failed(folder: str, job, message: str) -> dict:
+    return RunSummary(folder, "failed", None, f"job {job.job_id}: {message}").as_dict()
+
+
+def _last_error_line(text: str) -> str:
+    """The last line of the job's traceback inside submitit's error message (which ends with log paths)."""
+    parts = text.split("-" * 22)
+    trace = parts[1] if len(parts) >= 3 else text
+    lines = [line.strip() for line in trace.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,82 @@
+"""Every run of a sweep checked before anything starts.
+
+:func:`prepare` checks every run of a sweep before the first one starts, and creates nothing: the
+settings, the device, the output folder, the data (loaded once: readable, trainable, enough images for
+the batch), every run's schedule (built for the real number of steps; an exponential one must start
+below ``rescale_above``) and every run folder (:func:`explr.cifar10.runs.check_run`: lock, existing run,
+corrupt files, resume compatibility; a file where a run's folder would go).  Any failure is one
+``ValueError`` line.  A run folder that another process takes after these checks is reported as
+"locked" (exit code 4), the other runs go on.
+
+:mod:`explr.cifar10.sweep` re-exports :func:`prepare`.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lr_scheduler import PerStepLR
+from .config import TrainConfig, played_schedule, rescale_limit
+from .data import CifarArrays, load_cifar10
+from .runs import RunLocked, check_run, check_writable, resolved_settings, run_dir
+
+__all__ = ["prepare"]
+
+
+# ----------------------------------------------------------------------------- checks before anything starts
+def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
+    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.config.played_schedule`
+    checks it), and play it into a dummy optimizer; one ``ValueError`` line naming the run otherwise."""
+    n = len(arrays.y_train)
+    if config.batch_size > n:
+        raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {n} training images of "
+                         f"{arrays.source}")
+    where = f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum " \
+            f"{config.momentum:g}, --epochs {config.epochs})"
+    try:
+        played = played_schedule(config, n // config.batch_size)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=config.momentum)
+    try:
+        PerStepLR(dummy, played, rescale_above=rescale_limit(config))
+    except ValueError as err:
+        raise ValueError(f"{where} cannot be played: {err}") from None
+
+
+def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
+            jobs: int = 1, skip_locked: bool = False, progress: bool = True):
+    """Check every run of the sweep (module docstring); returns ``(arrays, checks, notes)``.  Creates nothing.
+
+    ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
+    decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
+    ``checks``: per config, what :func:`~explr.cifar10.runs.check_run` found (``state`` "new", "resume" or
+    "finished"); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
+    there instead of raising it.  ``notes`` are lines worth showing (stale locks).
+    """
+    if not configs:
+        raise ValueError("no runs: give at least one --schedule and --seed")
+    for c in configs:
+        c.validate()
+    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    if len(set(dirs)) != len(dirs):
+        raise ValueError("two runs would share a folder: give each (schedule, seed) once")
+    sources = {(c.data, c.data_root) for c in configs}
+    if arrays is None and len(sources) > 1:
+        raise ValueError("the runs of one sweep must use the same --data")
+    resolved = [resolved_settings(c, jobs) for c in configs]  # --device cuda without CUDA fails here
+    check_writable(out)
+    if arrays is None:
+        data, root = sources.pop()
+        arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
+    arrays.channel_stats  # noqa: B018  (constant images raise DataError)
+    for c in configs:
+        _check_schedule(c, arrays)
+    checks = []
+    for c, d, r in zip(configs, dirs, resolved):
+        try:
+            checks.append(check_run(c, d, arrays, resume, r))
+        except RunLocked as err:
+            if not skip_locked:
+                raise
+            checks.append(err)
+    return arrays, checks, [c.note for c in checks if not isinstance(c, RunLocked) and c.note]
