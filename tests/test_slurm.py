@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from explr.cifar10 import sweep
+from explr.cifar10 import cluster, sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.runs import lock_holder, read_metrics, run_dir, train_run
@@ -196,14 +196,14 @@ def test_no_wait_then_resume_while_jobs_run_reports_running_runs_locked_and_skip
 
 def test_a_failed_job_is_exit_code_5_with_its_last_error_line(partition, npz, tmp_path, capsys, monkeypatch):
     data = shutil.copy(npz, tmp_path / "tiny.npz")
-    checked = sweep.prepare
+    checked = cluster.prepare  # what submit checks with
 
     def prepare_then_lose_the_data(*args, **kwargs):  # the data is gone by the time the job runs
         result = checked(*args, **kwargs)
         os.remove(data)
         return result
 
-    monkeypatch.setattr(sweep, "prepare", prepare_then_lose_the_data)
+    monkeypatch.setattr(cluster, "prepare", prepare_then_lose_the_data)
     assert main(_cli(str(data), tmp_path / "out", partition, "step")) == 5
     out, err = capsys.readouterr()
     assert "failed" in out
