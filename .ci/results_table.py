@@ -189,8 +189,8 @@ def table(book: Path = BOOK) -> str:
     ]
     for names, chapter, label, checks in groups:
         number = str(int(chapter.stem[:2]))
-        where = f"{{ref}}`{number} <{chapter.label}>`" if chapter.label else number
-        book_ref = f"{{prf:ref}}`{label}`" if label else f"{{ref}}`Chapter {number} <{chapter.label}>`"
+        where = f"{{numref}}`%s <{chapter.label}>`" if chapter.label else number
+        book_ref = f"{{prf:ref}}`{label}`" if label else f"{{numref}}`Chapter %s <{chapter.label}>`"
         head = [", ".join(names), book_ref, where]
         if not checks:
             lines.append("| " + " | ".join(head + ["(no check line printed)", ""]) + " |")

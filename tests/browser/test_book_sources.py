@@ -40,7 +40,7 @@ def test_chapter_has_the_install_cell(docname):
 
 @pytest.mark.parametrize("docname", CHAPTERS)
 def test_every_plot_is_a_numbered_figure_with_caption(docname):
-    missing = []
+    missing, extra = [], []
     for i, c in enumerate(cells(docname)):
         images = [o for o in c.get("outputs", []) if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})]
         if not images:
@@ -50,8 +50,14 @@ def test_every_plot_is_a_numbered_figure_with_caption(docname):
             missing.append(f"cell {i}")
         if len(images) > 1:
             missing.append(f"cell {i} draws {len(images)} images: one figure per cell")
+        shown = [o for o in c.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
+        if len(shown) > len(images):
+            extra.append(f"cell {i} shows {len(shown) - len(images)} output(s) besides its plot (the value of its "
+                           "last line?): myst-nb gives each the figure's name, and the build fails with "
+                           "'Duplicate explicit target name'; end the cell with fig.tight_layout() or ';'")
     assert not missing, (f"{docname}: plot cells without cell metadata "
                          '`mystnb: {figure: {caption: ..., name: fig-...}}` (CONTRIBUTING.md): ' + ", ".join(missing))
+    assert not extra, f"{docname}: " + "; ".join(extra)
 
 
 def test_figure_names_are_unique_across_the_book():

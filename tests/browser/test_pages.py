@@ -264,9 +264,18 @@ def test_landing_page(book_html, browser):
     assert [x for x in linked if x in wanted] == wanted, f"landing page lists {linked}, _toc.yml has {wanted}"
 
 
+BIB_LABELS = r"""
+() => Object.fromEntries([...document.querySelectorAll('[id]')].map(e => {
+  const entry = e.closest('div.citation, dl.citation > dt') || e.querySelector('div.citation');
+  const label = entry && (entry.querySelector('span.label') || entry);
+  return [e.id, label ? label.textContent.replace(/^\[|\]$/g, '').trim() : null];
+}).filter(([, v]) => v))
+"""
+
+
 def test_citations_resolve_to_the_bibliography(book_html, browser):
     """Every {cite} in a chapter links to an entry of the bibliography (not a '?' or a dead anchor)."""
-    missing, cited = [], 0
+    missing, cited, all_cites = [], 0, []
     for docname in CHAPTERS:
         page, _ = browser.open(_url(book_html, docname))
         try:
@@ -279,8 +288,26 @@ def test_citations_resolve_to_the_bibliography(book_html, browser):
             if not hrefs or "?" in text:
                 missing.append(f"{docname}: unresolved citation {text!r}")
             missing += [f"{docname}: {b}" for b in (broken_local_link(h, book_html) for h in hrefs) if b]
+            all_cites.append((docname, text, hrefs))
     assert cited, "no chapter cites anything"
     assert not missing, "\n".join(missing)
+    # the citation reads as the bibliography's label: "[Li and Arora, 2020]" / "Li and Arora [2020]"
+    # in the text, "[Li and Arora, 2020]" in the list (not "[LA20]")
+    labels = {}
+    for page_url in sorted({h.split("#")[0] for *_, hrefs in all_cites for h in hrefs}):
+        page, _ = browser.open(page_url)
+        try:
+            labels.update({f"{page_url}#{k}": v for k, v in page.evaluate(BIB_LABELS).items()})
+        finally:
+            page.close()
+    disagree = []
+    for docname, text, hrefs in all_cites:
+        wanted = {labels.get(h) for h in hrefs}
+        m = re.fullmatch(r"\[(.*)\]", text.strip())
+        shown = set(m.group(1).split("; ")) if m else {re.sub(r"\s*\[(.*)\]$", r", \1", text.strip())}
+        if shown != wanted:
+            disagree.append(f"{docname}: citation {text!r}, bibliography label(s) {sorted(map(str, wanted))}")
+    assert not disagree, "citations and bibliography labels differ:\n" + "\n".join(disagree)
 
 
 def test_generated_pages(book_html, browser):
