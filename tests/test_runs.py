@@ -439,27 +439,3 @@ def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_pat
 
 def test_run_error_is_a_value_error_with_one_line():
     assert issubclass(RunError, ValueError) and issubclass(RunLocked, RunError)
-
-
-@pytest.mark.slow
-def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(arrays, npz, tmp_path):
-    cfg = dict(TINY, schedule="texp", wd=5e-3, rescale_above=0.102, epochs=4, data=npz)
-    full = train_run(TrainConfig(**cfg), tmp_path / "full", arrays, progress=False)
-    assert full.status == "finished" and full.metrics[-1]["rescale_count"] >= 1
-    part = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, stop_after=2)
-    assert part.status == "interrupted" and part.epochs_done == 2
-    assert json.loads((tmp_path / "part" / "manifest.json").read_text())["status"] == "interrupted"
-    with pytest.raises(RunError, match="already holds a run; pass --resume"):
-        train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False)
-    resumed = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, resume=True)
-    assert resumed.status == "finished"
-    assert reproducible(read_metrics(tmp_path / "part")) == reproducible(read_metrics(tmp_path / "full"))
-    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
-    b = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=True)
-    for k, v in a["model"].items():
-        assert torch.equal(v, b["model"][k]), k
-    assert a["scheduler"] == b["scheduler"]
-    again = train_run(TrainConfig(**cfg), tmp_path / "part", arrays, progress=False, resume=True)
-    assert again.message == "already finished" and again.epochs_done == 4
-    with pytest.raises(ValueError, match="other settings: lr=0.1 \\(now 0.2\\)"):
-        train_run(TrainConfig(**{**cfg, "lr": 0.2}), tmp_path / "part", arrays, progress=False, resume=True)
