@@ -59,6 +59,10 @@ INSPECT = r"""
     rawTex: (prose.match(/\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$\\[A-Za-z]+/g) || []),
     images: [...document.images].map(i => ({src: i.currentSrc || i.src, w: i.naturalWidth, complete: i.complete})),
     tracebacks: article.querySelectorAll('.cell_output .traceback, .cell_output .output.error').length,
+    // a markdown table printed as text ("| a | b |" then "|---|"): an output that was not rendered
+    rawTables: [...article.querySelectorAll('p, .cell_output .output.text_markdown, .cell_output div')]
+        .filter(e => !e.querySelector('table, pre') && /\|\s*:?-{3,}:?\s*\|/.test(e.textContent))
+        .map(e => e.textContent.trim().slice(0, 80)),
     stderr: [...article.querySelectorAll('.cell_output .output.stderr')].map(e => e.textContent.slice(0, 200)),
     docutilsErrors: [...article.querySelectorAll('.system-message, .problematic')].map(e => e.textContent.slice(0, 120)),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
@@ -115,6 +119,8 @@ def _problems(report: dict, html: Path, log: dict) -> list[str]:
         out.append(f"images that did not load: {bad_images}")
     if report["tracebacks"]:
         out.append(f"{report['tracebacks']} error output(s)")
+    if report["rawTables"]:
+        out.append(f"markdown tables shown as text, not rendered: {report['rawTables'][:3]}")
     warnings = [s for s in report["stderr"] if re.search(r"Warning|Error|Traceback", s)]
     if warnings:
         out.append(f"warnings/errors on stderr: {warnings}")
@@ -346,6 +352,7 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
         '<img src="missing.png"><a href="other.html">gone</a> <a href="#nowhere">no anchor</a>'
         '<div class="cell_output"><div class="output traceback">ZeroDivisionError</div>'
         '<div class="output stderr">UserWarning: careful</div></div>'
+        '<div class="cell_output"><p>| claim | result | |---|---| | a | ✓ |</p></div>'
         '</article></body></html>')
     page, log = browser.open((tmp_path / "page.html").as_uri())
     try:
@@ -356,7 +363,8 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
     problems = "\n".join(_problems(report, tmp_path, log))
     for expected in ("MathJax did not typeset 1 of 1", "raw TeX left", "images that did not load",
                      "1 error output", "warnings/errors on stderr", "other.html: no such file",
-                     "no element with id 'nowhere'", "local resources that failed to load"):
+                     "no element with id 'nowhere'", "local resources that failed to load",
+                     "markdown tables shown as text"):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
 
 
