@@ -31,6 +31,7 @@ lock:  ## after editing requirements.txt: install it into .venv, rewrite require
 
 book: $(STAMP)  ## execute every chapter (again if src/explr changed) and build the HTML book into _build/html (fails on errors and warnings)
 	$(PY) .ci/book_cache_guard.py
+	$(PY) .ci/results_table.py
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answers: .ci/slurm-up), each chapter run small by papermill, nbval over the committed notebooks, browser check
