@@ -35,11 +35,7 @@ CHAPTERS = [d for d in PAGES[1:] if (ROOT / f"{d}.ipynb").exists()]
 # (page, layout check) -> why it is known to fail. Each is reported as a warning, not a failure;
 # remove the entry when the page is fixed.
 KNOWN_LAYOUT_FAILURES: dict[tuple[str, str], str] = {
-    ("book/03_multi_phase", "wide code or output"):
-        "code lines of 91-98 characters; the column holds 92 at 1280 px (ruff's E501 is not selected)",
     ("book/03_multi_phase", "small SVG text"): "a mathtext exponent 5.0 px as displayed (needs 6.3)",
-    ("book/05_continuous_time", "wide code or output"):
-        "code lines of 92-97 characters; the column holds 92 at 1280 px (ruff's E501 is not selected)",
     ("book/05_continuous_time", "small SVG text"): "a figure's 7-unit text, 8.8 px as displayed (needs 9)",
 }
 PROOF_KINDS = ("Theorem|Lemma|Definition|Remark|Corollary|Proposition|Example|Assumption|Axiom|"
