@@ -47,14 +47,16 @@ def requirement() -> str:
 def cell_source() -> str:
     return (
         f"{MARKER} this chapter imports, pinned to the\n"
-        "# book's release. Does nothing where explr is installed already (a clone after `make install`).\n"
+        "# book's release. Does nothing where explr is installed already (a clone after\n"
+        "# `make install`).\n"
         "import importlib.util\n"
         "import subprocess\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules or importlib.util.find_spec("explr") is None:\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
-        f'                    "{requirement()}"], check=True)\n'
+        f'    requirement = "{requirement()}"\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", requirement],\n'
+        "                   check=True)\n"
         "    importlib.invalidate_caches()"
     )
 
