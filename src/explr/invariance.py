@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .per_step import check_momentum
+
 __all__ = [
     "NORM_LAYERS",
     "make_scale_invariant",
@@ -243,15 +245,10 @@ def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: floa
         if isinstance(value, bool) or not (isinstance(value, (int, float, np.floating, np.integer))
                                            and math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-    _check_momentum(momentum)
+    check_momentum(momentum)
     t = np.asarray(steps, dtype=float)
     q = lr_ratio / wd_ratio
     return lr_ratio / np.sqrt(q + (1 - q) * np.exp(-t / norm_relaxation_time(lr, wd, momentum)))
-
-
-def _check_momentum(momentum):
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1); got {momentum!r}")
 
 
 def norm_relaxation_time(lr, wd, momentum: float = 0.0):
@@ -280,7 +277,7 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
         raise ValueError(f"lr and wd must be per-step arrays with at least one step; got shape {lr.shape}")
     if not (np.isfinite(lr).all() and np.isfinite(wd).all() and (lr > 0).all() and (wd > 0).all()):
         raise ValueError("lr and wd must be finite and > 0 at every step")
-    _check_momentum(momentum)
+    check_momentum(momentum)
     starts = np.concatenate([[0], np.flatnonzero((np.diff(lr) != 0) | (np.diff(wd) != 0)) + 1, [len(lr)]])
     u, out = lr[0] / wd[0], np.empty(len(lr))
     for begin, end in zip(starts[:-1], starts[1:]):

@@ -58,6 +58,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from .models import rescale_running_statistics
+from .per_step import plain_arrays
 from .schedules import EquivalentSchedule, PlainSchedule
 
 __all__ = ["PerStepLR", "INVARIANT_KEY"]
@@ -120,7 +121,7 @@ class PerStepLR(LRScheduler):
             self._exponents = (e_lr, e_wd)
         else:
             self.momentum = None
-            self._lr, self._wd = _plain_arrays(lr, 0.0 if wd is None else wd)
+            self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
             self._exponents = None
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
@@ -377,47 +378,6 @@ class PerStepLR(LRScheduler):
         self._last_epoch = state_dict["last_epoch"]
         if self._last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
             self._update_lr(self._last_epoch)
-
-
-def _plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
-    """Checked float64 copies: lr a (steps,) array, wd a float or a (steps,) array."""
-    lr, wd = _real_array("lr", lr), _real_array("wd", wd)
-    if lr.ndim != 1 or len(lr) == 0:
-        raise ValueError(f"lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule); got "
-                         f"shape {lr.shape}")
-    if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
-        raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
-    for name, values in (("lr", lr), ("wd", np.atleast_1d(wd))):
-        bad = ~np.isfinite(values) | ((values <= 0) if name == "lr" else False)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(f"{name} must be {_RULES[name]} at every step; {name}[{k}] = {float(values[k])!r}")
-    return lr, float(wd) if wd.ndim == 0 else wd
-
-
-_RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
-
-
-def _real_array(name: str, value) -> np.ndarray:
-    """``value`` as a new float64 array; anything but real numbers (bools, strings, None) raises ``TypeError``
-    naming the first one.  Lists and tuples are checked item by item (``np.asarray`` would turn True into 1.0),
-    arrays, tensors and scalars by their dtype."""
-    if isinstance(value, (list, tuple)):
-        items = value
-    else:
-        value = np.asarray(value)
-        items = None if value.dtype.kind in "fiu" else value.ravel()
-    if items is not None and not all(map(_is_real_type, set(map(type, items)))):
-        k, x = next((k, x) for k, x in enumerate(items) if not _is_real_type(type(x)))
-        x = x.item() if isinstance(x, np.generic) else x
-        where = f"{name}[{k}]" if np.ndim(value) else name
-        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[name]} "
-                        "(floats or ints; not bools or strings)")
-    return np.array(value, dtype=np.float64)
-
-
-def _is_real_type(t: type) -> bool:
-    return issubclass(t, numbers.Real) and not issubclass(t, (bool, np.bool_))
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:

@@ -33,11 +33,12 @@ that is a power of two, so a run of any length stays finite in float32 or bf16.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
+
+from .per_step import check_momentum, check_positive_int, check_real, per_step_array
 
 __all__ = [
     "EquivalentSchedule",
@@ -159,49 +160,6 @@ def split_powers_of_two(log_x) -> tuple[np.ndarray, np.ndarray]:
 _LN2 = math.log(2.0)
 
 
-# ----------------------------------------------------------------------------- validation
-def _check_real(name: str, value) -> float:
-    """``value`` as a finite float; strings, booleans, arrays and NaN/inf are refused."""
-    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
-        isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.floating))
-    if not ok or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
-    return float(value)
-
-
-def _check_momentum(momentum) -> float:
-    if not (isinstance(momentum, numbers.Real) and not isinstance(momentum, bool)) or not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be a number in [0, 1); got {momentum!r}")
-    return float(momentum)
-
-
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
-def _per_step(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
-    """Return ``value`` as a finite float64 array of length ``steps`` (scalars are broadcast)."""
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim > 1:
-        raise ValueError(f"{name} must be a scalar or a 1-D per-step array; got shape {arr.shape}")
-    if arr.ndim == 1 and steps is not None and len(arr) != steps:
-        raise ValueError(f"{name} has {len(arr)} entries but the schedule has {steps} steps")
-    if arr.ndim == 0:
-        if steps is None:
-            raise ValueError(f"{name} must be a per-step array here; got a scalar")
-        arr = np.full(steps, float(arr))
-    if len(arr) == 0:
-        raise ValueError(f"{name} is empty: a schedule needs at least one step")
-    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else (arr < 0))
-    if bad.any():
-        k = int(np.argmax(bad))
-        rule = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {rule} at every step; {name}[{k}] = {arr[k]!r}")
-    return arr
-
-
 # ----------------------------------------------------------------------------- the root α
 def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ.
@@ -213,7 +171,7 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
     λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
     """
-    lr, wd, gamma = _check_real("lr", lr), _check_real("wd", wd), _check_momentum(momentum)
+    lr, wd, gamma = check_real("lr", lr), check_real("wd", wd), check_momentum(momentum)
     if lr <= 0:
         raise ValueError(f"lr must be > 0; got {lr!r}")
     if wd < 0:
@@ -280,7 +238,7 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
     at step 0, c_0 = (α − (1 − λη)) / (lr̃_0 α)  (negative for λ > 0, zero when γ = 0).
     ``start_correction=False`` drops it, to show the error that follows.
     """
-    steps = _check_positive_int("steps", steps)
+    steps = check_positive_int("steps", steps)
     a = alpha(lr, wd, momentum)
     gamma = float(momentum)
     lr_arr, wd_arr = np.full(steps, float(lr)), np.full(steps, float(wd))
@@ -303,9 +261,9 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     """
     if corrections not in CORRECTIONS:
         raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
-    gamma = _check_momentum(momentum)
-    lr_arr = _per_step("lr", lr, None, positive=True)
-    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    gamma = check_momentum(momentum)
+    lr_arr = per_step_array("lr", lr, None, positive=True)
+    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
     starts = _phase_starts(lr_arr, wd_arr)
     target = np.empty(len(lr_arr))
     for k in np.flatnonzero(starts):
@@ -330,9 +288,9 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
 
     ``lr``: per-step array (> 0); ``wd``: scalar or per-step array (>= 0).
     """
-    gamma = _check_momentum(momentum)
-    lr_arr = _per_step("lr", lr, None, positive=True)
-    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    gamma = check_momentum(momentum)
+    lr_arr = per_step_array("lr", lr, None, positive=True)
+    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
     return _equivalent(lr_arr, wd_arr, gamma, "texp++")
 
 
@@ -344,8 +302,8 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     λ_I η*_I / η*_0 in phase I -- which is the run this schedule is equivalent to (``scale``
     relates to that run, not to the step-decay run passed in).
     """
-    lr_arr = _per_step("lr", lr, None, positive=True)
-    wd_arr = _per_step("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, positive=True)
+    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
     constant = np.full(len(lr_arr), lr_arr[0])
     result = texp(constant, wd_arr * lr_arr / lr_arr[0], momentum, corrections=corrections)
     return replace(result, name=f"texp--[{corrections}]")
@@ -358,11 +316,11 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
     ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
     by ``factor`` ∈ (0, 1].
     """
-    epochs = _check_positive_int("epochs", epochs)
-    steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not _check_real("lr", lr) > 0:
+    epochs = check_positive_int("epochs", epochs)
+    steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+    if not check_real("lr", lr) > 0:
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
-    if not 0 < _check_real("factor", factor) <= 1:
+    if not 0 < check_real("factor", factor) <= 1:
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
     try:
         ms = np.asarray([int(m) for m in milestones if int(m) == m], dtype=np.int64)
@@ -387,9 +345,9 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     paper's cosine/exponential hybrid converts with TEXP).  ``per="step"``: t = step, T = total
     steps.  t never reaches T, so every LR is > 0.
     """
-    epochs = _check_positive_int("epochs", epochs)
-    steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not _check_real("lr", lr) > 0:
+    epochs = check_positive_int("epochs", epochs)
+    steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+    if not check_real("lr", lr) > 0:
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
     steps = np.arange(epochs * steps_per_epoch)
     if per == "epoch":
