@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from explr.digits import load_digits
+from explr.book.digits import load_digits
 
 
 @pytest.fixture(scope="session")

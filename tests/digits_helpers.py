@@ -1,6 +1,6 @@
 """Shared helpers of the tests that train the digits BN MLP (imported by name: a conftest.py
 cannot be imported reliably once tests/ holds more than one)."""
-from explr.digits import batch_schedule
+from explr.book.digits import batch_schedule
 
 
 def digit_batches(data, steps, batch_size=128, seed=0):

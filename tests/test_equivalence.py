@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from explr.invariance import TWIN_EFFECTIVE_LR_TOLERANCE, effective_lr_gap
-from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
 from explr.models import invariant_bn_mlp
+from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
 import explr.sgd as sgd_module
 from explr.lr_scheduler import PerStepLR
 from explr.sgd import output_deviation, prediction_agreement, train_sgd

@@ -1,4 +1,4 @@
-"""explr.flow: derivatives, modified flows, their error orders, and the scale/translation facts of chapter 5."""
+"""explr.book.flow: derivatives, modified flows, their error orders, and the scale/translation facts of chapter 5."""
 import math
 
 import numpy as np
@@ -7,59 +7,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from explr.digits import batch_schedule
-from explr.flow import (
+from explr.book.digits import batch_schedule
+from explr.book.flow import (
     FlatProblem,
     angular_updates,
     composite_batchnorm,
     discretisation_error,
     gradient_descent,
     integrate_flow,
-    power_iteration,
     reparametrised_time,
     smooth_activations,
-    top_eigenvalue,
 )
+from explr.book.sharpness import top_eigenvalue
+from explr.book.stats import loglog_slope
 from explr.invariance import make_scale_invariant
 from explr.models import bn_mlp, invariant_bn_mlp
-from explr.stats import loglog_slope
+from flow_problems import invariant_problem, logistic_problem, quadratic_problem
 
 loss_fn = F.cross_entropy
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Quadratic(nn.Module):
-    """L(w) = ½ wᵀAw, the input ignored: every derivative is known in closed form."""
-
-    def __init__(self, a):
-        super().__init__()
-        self.register_buffer("a", a)
-        self.w = nn.Parameter(torch.linspace(-1.0, 1.0, a.shape[0], dtype=a.dtype))
-
-    def forward(self, x):
-        return 0.5 * self.w @ self.a @ self.w
-
-
-def quadratic_problem(eigenvalues, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(len(eigenvalues), len(eigenvalues), generator=g, dtype=torch.float64))
-    a = q @ torch.diag(torch.tensor(eigenvalues, dtype=torch.float64)) @ q.T
-    return FlatProblem(Quadratic(a), lambda out, y: out, None, None), a
-
-
-def logistic_problem(data, n=200):
-    torch.manual_seed(0)
-    model = nn.Linear(64, 10).double()
-    return FlatProblem(model, loss_fn, data.x_train[:n], data.y_train[:n])
-
-
-def invariant_problem(data, n=128, hidden=6, trainable_bias=False, wd=0.0):
-    model = composite_batchnorm(smooth_activations(invariant_bn_mlp(hidden=(hidden, hidden))))
-    if trainable_bias:
-        model[-1].bias.requires_grad_(True)
-    return FlatProblem(model, loss_fn, data.x_train[:n], data.y_train[:n], wd=wd)
 
 
 # --- building blocks -------------------------------------------------------------------------------
@@ -225,44 +193,6 @@ def test_reparametrised_time():
     assert (reparametrised_time(h, 0.2) - 0) / h == pytest.approx(1.0, rel=1e-5)   # τ'(0) = 1
     with pytest.raises(ValueError, match="wd"):
         reparametrised_time(t, -0.1)
-
-
-def test_sharpness_scales_like_inverse_square_along_a_ray(digits64):
-    p = invariant_problem(digits64, n=64, hidden=3)
-    theta = p.theta0
-    base = top_eigenvalue(p, theta)
-    for c in (0.5, 3.0):
-        assert top_eigenvalue(p, c * theta) == pytest.approx(base / c**2, rel=1e-8)
-
-
-# --- eigenvalues -------------------------------------------------------------------------------------
-
-def test_power_iteration_and_top_eigenvalue_against_known_spectra():
-    p, _ = quadratic_problem([-5.0, 3.0, 1.0, 0.5, -0.2, 0.1])
-    res = power_iteration(p, p.theta0, tol=1e-12)
-    assert res.converged and res.eigenvalue == pytest.approx(-5.0, rel=1e-9) and res.norm == pytest.approx(5.0, rel=1e-9)
-    assert top_eigenvalue(p, p.theta0) == pytest.approx(3.0, rel=1e-8)
-    tie, _ = quadratic_problem([-4.0, 4.0, 1.0, 0.3])        # ±λ tie: the Rayleigh quotient cannot settle
-    res = power_iteration(tie, tie.theta0, iters=200)
-    assert res.norm == pytest.approx(4.0, rel=1e-9)
-    assert top_eigenvalue(tie, tie.theta0) == pytest.approx(4.0, rel=1e-8)
-    one, _ = quadratic_problem([2.5])                      # too small for ARPACK: the dense Hessian
-    assert top_eigenvalue(one, one.theta0) == pytest.approx(2.5, rel=1e-12)
-    with pytest.raises(ValueError, match="iters"):
-        power_iteration(p, p.theta0, iters=0)
-    with pytest.raises(ValueError, match="tol"):
-        top_eigenvalue(p, p.theta0, tol=0)
-
-
-@pytest.mark.slow
-def test_power_iteration_matches_the_dense_hessian_of_a_network(digits64):
-    p = invariant_problem(digits64, n=64, hidden=3)
-    theta = p.theta0
-    dense = torch.stack([p.hvp(theta, e) for e in torch.eye(p.n, dtype=torch.float64)])
-    assert torch.allclose(dense, dense.T, atol=1e-12)
-    eig = torch.linalg.eigvalsh((dense + dense.T) / 2)
-    assert top_eigenvalue(p, theta) == pytest.approx(eig[-1].item(), rel=1e-7)
-    assert power_iteration(p, theta).norm == pytest.approx(eig.abs().max().item(), rel=1e-6)
 
 
 # --- translation invariance --------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from explr.models import invariant_bn_mlp
 from explr.schedules import alpha, exp_lr
 from explr.sgd import exp_lr_overflow_step, norm_recursion, train_sgd
-from explr.models import invariant_bn_mlp
 
 from digits_helpers import digit_batches
 

@@ -1,4 +1,4 @@
-"""explr.report: grouping runs, Welch statistics, Holm's adjustment and the plan's verdicts."""
+"""explr.book.report: grouping runs, Welch statistics, Holm's adjustment and the plan's verdicts."""
 import dataclasses
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from explr.report import PLAN_PATH, Claim, holm, judge, load_plan, summarise, welch
+from explr.book.report import PLAN_PATH, Claim, holm, judge, load_plan, summarise, welch
 
 PLAN = load_plan()
 SCHEDULES = {"step", "texp", "texp--", "cosine", "cosine-texp", "texp-none"}

@@ -1,8 +1,8 @@
-"""explr.stats: power-law slopes, returning levels and stretches of recorded time series."""
+"""explr.book.stats: power-law slopes, returning levels and stretches of recorded time series."""
 import numpy as np
 import pytest
 
-from explr.stats import first_time_above, loglog_slope, longest_stretch_at_or_below, returning_level
+from explr.book.stats import first_time_above, loglog_slope, longest_stretch_at_or_below, returning_level
 
 
 def test_loglog_slope_recovers_a_power_law_and_rejects_non_positive_data():

@@ -1,12 +1,11 @@
-"""explr.toy: the BN + WD counterexample of Li & Arora, Sec. 3 (data, models, vectorised SGD, theorem quantities)."""
+"""explr.book.toy: the BN + WD counterexample of Li & Arora, Sec. 3 (data, models, vectorised SGD, theorem quantities)."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from explr.invariance import angular_identity_gap, equilibrium_step_angle
-from explr.toy import (
+from explr.book.toy import (
     MODELS,
     angle_to_e1,
     check_window_claim,
@@ -19,6 +18,7 @@ from explr.toy import (
     theorem_T2,
     training_error,
 )
+from explr.invariance import angular_identity_gap, equilibrium_step_angle
 
 ALL = tuple(MODELS)
 

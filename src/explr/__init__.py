@@ -1,19 +1,22 @@
 """explr: exponential learning-rate schedules for scale-invariant networks.
 
 Library of the executable book reproducing Li & Arora, "An Exponential Learning Rate Schedule for
-Deep Learning" (ICLR 2020).  Modules:
+Deep Learning" (ICLR 2020).  Three floors, each importing only from the floors below it:
+
+The paper's maths and its torch glue:
 
 * :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents;
-* :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any per-step schedule;
+* :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any schedule;
+* :mod:`explr.per_step` -- the checks of per-step arrays that both of them use;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
-* :mod:`explr.invariance` -- making and checking scale invariance; the norm-equilibrium model of the effective LR;
-* :mod:`explr.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds;
-* :mod:`explr.flow` -- gradient flow and modified flows with counter terms (Section 4, EoM paper);
-* :mod:`explr.stats` -- the fits and levels the chapters measure (log-log slopes, returning levels);
-* :mod:`explr.digits`, :mod:`explr.models` -- a small real dataset and networks (BN MLP, PreResNet);
-* :mod:`explr.cifar10` -- the CIFAR-10 engine (a package) and its CLI ``python -m explr.cifar10``;
-* :mod:`explr.report` -- the pre-registered analysis plan of the CIFAR-10 comparison and its verdicts;
-* :mod:`explr.plotting` -- the book's figure style.
+* :mod:`explr.invariance` -- making and checking scale invariance; the norm-equilibrium model;
+* :mod:`explr.models` -- the networks (BN MLP, PreResNet);
+* :mod:`explr.params` -- one rule vocabulary for the CLI, the engine's config and the chapters.
+
+The book's simulations, :mod:`explr.book` (toy model, flows, sharpness, statistics, the digits data,
+figure style, chapter 6's pre-registered analysis).
+
+The CIFAR-10 engine, :mod:`explr.cifar10` (a package) and its CLI ``python -m explr.cifar10``.
 """
 from .schedules import (
     EquivalentSchedule,

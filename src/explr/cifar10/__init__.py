@@ -30,8 +30,9 @@ from .config import SCHEDULES, TrainConfig, default_decay_epochs, schedule_array
 from .data import CifarArrays, DataError, load_cifar10, make_synthetic
 from .engine import Trainer, TrainingDiverged
 from .results import committed_results
+from .plans import experiment_plan
 from .runs import METRIC_KEYS, RunError, RunResult, load_runs, read_metrics, run_dir, train_run
-from .sweep import run_many, submit
+from .sweep import run_many, run_plan, submit
 
 __all__ = [
     "SCHEDULES",
@@ -45,12 +46,14 @@ __all__ = [
     "TrainingDiverged",
     "committed_results",
     "default_decay_epochs",
+    "experiment_plan",
     "load_cifar10",
     "load_runs",
     "make_synthetic",
     "read_metrics",
     "run_dir",
     "run_many",
+    "run_plan",
     "schedule_arrays",
     "submit",
     "train_run",

@@ -21,25 +21,25 @@ do not claim that its counter term or its error bound coincide with these.
 Everything works on the *flat* vector θ of a model's trainable parameters (:class:`FlatProblem`,
 built on ``torch.func.functional_call``).  Derivatives are exact automatic differentiation:
 Hessian-vector products by double backward, D³L[v, v] = ∇_θ⟨v, ∇²L(θ) v⟩ by triple backward; no
-Hessian is formed (except the at most 2×2 one of a tiny problem in :func:`top_eigenvalue`).  Flows are integrated by ``scipy.integrate.solve_ivp`` (default DOP853,
-an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
+Hessian is formed (except the at most 2×2 one of a tiny problem in
+:func:`explr.book.sharpness.top_eigenvalue`).  Flows are integrated by ``scipy.integrate.solve_ivp``
+(default DOP853, an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
 
 Facts used by the book (paper notes §6, Li & Arora 2020 Sec. 4): on a scale-invariant L, GF
 conserves ‖θ‖; GF with weight decay λ is GF in the exponentially reparametrised time
 τ(t) = (e^{2λt} − 1)/(2λ) (:func:`reparametrised_time`); GD with weight decay cannot keep
-λ_max(∇²R) below 2/η (:func:`top_eigenvalue`), or θ would go to 0; SGD with weight decay settles at
+λ_max(∇²R) below 2/η (:func:`explr.book.sharpness.top_eigenvalue`), or θ would go to 0; SGD with weight decay settles at
 the angular step :func:`explr.invariance.equilibrium_step_angle`, measured by :func:`angular_updates`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from .invariance import step_angle, trainable_parameters
+from ..invariance import step_angle, trainable_parameters
 
 __all__ = [
     "FlatProblem",
@@ -48,9 +48,6 @@ __all__ = [
     "gradient_descent",
     "GDComparison",
     "discretisation_error",
-    "PowerIteration",
-    "power_iteration",
-    "top_eigenvalue",
     "reparametrised_time",
     "angular_updates",
     "smooth_activations",
@@ -323,83 +320,6 @@ def discretisation_error(problem: FlatProblem, theta0, lr: float, steps: int, or
         flows[p], nfev[p] = res.theta, res.nfev
         errors[p] = np.linalg.norm(gd - res.theta, axis=1) / scale
     return GDComparison(lr, t, gd, flows, errors, nfev)
-
-
-@dataclass(frozen=True)
-class PowerIteration:
-    """Result of :func:`power_iteration` on A = ∇²R(θ).
-
-    eigenvalue : Rayleigh quotient vᵀAv, the eigenvalue of A of largest magnitude
-        once the iteration has converged and that eigenvalue is unique in magnitude;
-    norm : ‖Av‖, which tends to ‖A‖₂ = max|λ(A)| even when λ and −λ tie in magnitude;
-    vector : the final unit vector v;  iterations : used;  converged : whether v is an eigenvector
-        (see :func:`power_iteration`).
-    """
-
-    eigenvalue: float
-    norm: float
-    vector: torch.Tensor
-    iterations: int
-    converged: bool
-
-
-def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0) -> PowerIteration:
-    """Power iteration v ← Av/‖Av‖ on A = ∇²R(θ) with Hessian-vector products (no Hessian).
-
-    ``norm`` is the spectral norm ‖∇²R(θ)‖₂, the smoothness (Lipschitz constant of
-    ∇R) near θ, and ``eigenvalue`` the signed eigenvalue attaining it.  Stops when ‖Av‖ changes by
-    less than ``tol`` relatively; ``converged`` is whether v is then an eigenvector, i.e. the
-    residual ‖Av − μv‖/‖Av‖ is below 10·√tol (so that μ is accurate to about ``tol``).  When λ and
-    −λ tie in magnitude, ‖Av‖ still converges to |λ| but v does not.  :func:`top_eigenvalue` gives
-    the most positive eigenvalue (by Lanczos: an independent method, the book checks one against the other).
-    """
-    if iters < 1 or not tol > 0:
-        raise ValueError(f"need iters >= 1 and tol > 0; got {iters!r}, {tol!r}")
-    theta = problem._as_tensor(theta).detach()
-    gen = torch.Generator().manual_seed(seed)
-    v = torch.randn(problem.n, generator=gen, dtype=problem.dtype)
-    v /= v.norm()
-    norm = math.nan
-    for i in range(1, iters + 1):
-        av = problem.hvp(theta, v)
-        value, new_norm = torch.dot(v, av).item(), av.norm().item()
-        residual = ((av - value * v).norm() / new_norm).item()
-        v = av / new_norm
-        settled = abs(new_norm - norm) <= tol * new_norm
-        norm = new_norm
-        if settled:
-            break
-    return PowerIteration(value, norm, v, i, residual <= 10 * math.sqrt(tol))
-
-
-def top_eigenvalue(problem: FlatProblem, theta, tol: float = 1e-10, seed: int = 0) -> float:
-    """Largest (most positive) eigenvalue λ_max of ∇²R(θ): the *sharpness* that GD's stability
-    (η·λ_max < 2) sees, and the curvature bound of the descent lemma.
-
-    Lanczos iteration (``scipy.sparse.linalg.eigsh``, ``which="LA"``, ARPACK) on Hessian-vector products,
-    from a random start drawn with ``seed``; ``tol`` is ARPACK's relative accuracy.  Unlike the power
-    iteration it needs no spectral gap in magnitude (a concave direction of larger |λ| or a tie ±λ
-    does not matter) and it converges in a few dozen products where the top eigenvalues cluster.
-    Raises RuntimeError if ARPACK does not converge.
-    """
-    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
-
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0; got {tol!r}")
-    theta = problem._as_tensor(theta).detach()
-
-    def hvp(u):
-        return problem.hvp(theta, np.ascontiguousarray(u, dtype=np.float64).ravel()).double().numpy()
-
-    if problem.n < 3:   # ARPACK needs k < n - 1: build the tiny Hessian instead
-        dense = np.stack([hvp(e) for e in np.eye(problem.n)])
-        return float(np.linalg.eigvalsh((dense + dense.T) / 2)[-1])
-    start = np.random.default_rng(seed).standard_normal(problem.n)
-    operator = LinearOperator((problem.n, problem.n), dtype=np.float64, matvec=hvp)
-    try:
-        return float(eigsh(operator, k=1, which="LA", tol=tol, v0=start)[0][0])
-    except ArpackNoConvergence as err:
-        raise RuntimeError(f"top_eigenvalue: Lanczos did not converge ({err})") from None
 
 
 def reparametrised_time(t, wd: float):

@@ -37,7 +37,7 @@ Quantities of the theorem (all exact for this data distribution):
 * the angle between consecutive iterates, ∠(w_t, w_{t+1}) (:func:`explr.invariance.step_angle`), whose
   RMS settles near √(2ηλ) once the norm is in equilibrium (:func:`explr.invariance.equilibrium_step_angle`,
   exact identity: :func:`explr.invariance.angular_identity_gap`).  Statistics of the recorded error
-  (returning levels, longest stretches) are in :mod:`explr.stats`.
+  (returning levels, longest stretches) are in :mod:`explr.book.stats`.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .invariance import step_angle
+from ..invariance import step_angle
 
 __all__ = [
     "MODELS",

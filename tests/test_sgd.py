@@ -1,12 +1,11 @@
-"""explr.sgd (the paper's convention = torch.optim.SGD) and explr.digits."""
+"""explr.sgd: the paper's convention is torch.optim.SGD, and train_sgd records and validates."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from explr.digits import batch_schedule, load_digits
-from explr.sgd import paper_sgd_step, train_sgd
 from explr.models import invariant_bn_mlp
+from explr.sgd import paper_sgd_step, train_sgd
 
 from digits_helpers import digit_batches
 
@@ -39,17 +38,3 @@ def test_train_sgd_records_and_validates(digits64):
         train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(30, 0.1))
     with pytest.raises(ValueError, match="record_every"):
         train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(20, 0.1), record_every=0)
-
-
-def test_digits_split_and_batches_are_reproducible():
-    a, b = load_digits(seed=3), load_digits(seed=3)
-    assert a.x_train.shape == (1348, 64) and a.x_test.shape == (449, 64)
-    assert torch.equal(a.x_train, b.x_train)
-    assert abs(a.x_train.mean().item()) < 1e-12
-    s = batch_schedule(1348, 128, 25, seed=1)
-    assert s.shape == (25, 128) and torch.equal(s, batch_schedule(1348, 128, 25, seed=1))
-    assert len(set(s[:10].flatten().tolist())) == 1280  # no repeats within an epoch
-    with pytest.raises(ValueError, match="batch_size"):
-        batch_schedule(10, 20, 1)
-    with pytest.raises(ValueError, match="test_fraction"):
-        load_digits(test_fraction=1.5)

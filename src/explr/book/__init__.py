@@ -1,0 +1,13 @@
+"""The book's simulations and analyses: what the chapters compute on top of the paper's maths.
+
+* :mod:`explr.book.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds (chapter 4);
+* :mod:`explr.book.flow` -- gradient flow and modified flows with counter terms (chapter 5);
+* :mod:`explr.book.sharpness` -- the Hessian's top eigenvalue, by Lanczos and by power iteration (chapter 5);
+* :mod:`explr.book.stats` -- the fits and levels the chapters measure (log-log slopes, returning levels);
+* :mod:`explr.book.digits` -- scikit-learn's 8×8 digits, the small real dataset of chapters 1-3 and 5;
+* :mod:`explr.book.plotting` -- the book's figure style (vector figures, one colour per schedule);
+* :mod:`explr.book.report` -- chapter 6's pre-registered analysis plan (``analysis_plan.json``) and its
+  verdicts (Welch, TOST, Holm).
+
+Nothing in :mod:`explr`'s maths floor or in :mod:`explr.cifar10` imports from here.
+"""
