@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 
-import explr.cifar10.engine as engine_mod
 from explr.cifar10 import files
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
@@ -401,8 +400,8 @@ class BreakAfter(PreResNet):
 
 @pytest.mark.parametrize("factor, match", [(float("nan"), "non-finite training loss in epoch 2"),
                                            (1e20, "training loss exploded in epoch 2.*more than 100 x the initial")])
-def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, match, arrays, npz, tmp_path,
-                                                                     monkeypatch, capsys):
+def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, match, arrays, tmp_path,
+                                                                     monkeypatch):
     monkeypatch.setattr(BreakAfter, "factor", factor)
     BreakAfter.calls = 0
     with pytest.raises(TrainingDiverged, match=match + ".*last good checkpoint \\(epoch 1\\)"):
@@ -414,10 +413,16 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(factor, mat
     manifest = json.loads((tmp_path / "api" / "manifest.json").read_text())
     assert manifest["status"] == "diverged" and manifest["epochs_done"] == 1
     assert "last good checkpoint" in manifest["message"]
-    BreakAfter.calls = 0
-    monkeypatch.setattr(engine_mod, "PreResNet", BreakAfter)  # the command line builds its own network
-    assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY]) == 3
-    assert match.split(".*")[0] in capsys.readouterr().err
+
+
+def test_the_command_line_exits_3_with_the_divergence_line(npz, tmp_path, capsys):
+    """A run that really diverges: lr = 1e30 (inside float32's range, so the config accepts it) overflows
+    the weights within the first epoch; the CLI names the epoch and the remedy, and exits 3."""
+    assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY, "--lr", "1e30"]) == 3
+    err = capsys.readouterr().err
+    assert "non-finite training loss in epoch 1" in err and "Lower --lr" in err, err
+    manifest = json.loads((tmp_path / "cli" / "step" / "seed0" / "manifest.json").read_text())
+    assert manifest["status"] == "diverged" and manifest["epochs_done"] == 0
 
 
 def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_path):
