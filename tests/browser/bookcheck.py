@@ -161,7 +161,6 @@ def broken_local_link(href: str, root: Path) -> str | None:
 
 
 # ----------------------------------------------------------------------------- layout: what fits the column
-KNOWN_SEEN: list[str] = []  # allow-listed layout failures met in this run (test_pages.py), for the summary
 MIN_SVG_TEXT_PX = 9.0   # smallest text in a figure, as displayed
 # super- and subscripts (the exponent of a 10^7 tick label) are typeset at 70 % of their text:
 # they need 70 % of the 9 px, as in print

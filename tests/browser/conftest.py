@@ -75,10 +75,6 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "browser check")
         for what, seconds in TIMINGS.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
-        if bookcheck.KNOWN_SEEN:
-            terminalreporter.write_sep("-", "known layout failures (KNOWN_LAYOUT_FAILURES in test_pages.py)")
-            for line in bookcheck.KNOWN_SEEN:
-                terminalreporter.write_line(line)
         shots = sorted(bookcheck.SCREENSHOTS.glob("*.png")) if bookcheck.SCREENSHOTS.exists() else []
         if shots:
             terminalreporter.write_line(f"{len(shots)} screenshots in {bookcheck.SCREENSHOTS.relative_to(bookcheck.ROOT)}/")

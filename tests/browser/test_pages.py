@@ -12,32 +12,23 @@ is not shown, and the Colab and Binder buttons point at this chapter's notebook.
 
 Layout, per page at 1280 px (bookcheck.layout_problems): no display equation wider than the text
 column, no code cell or text output that scrolls sideways, every figure an SVG or a raster of at
-least twice its displayed width, and SVG text at least 9 px as displayed. A chapter that is known
-to fail one of these is listed in KNOWN_LAYOUT_FAILURES with the reason: the check then warns
-instead of failing, so the list is visible in every run. A second screenshot per page at 800 px.
+least twice its displayed width, and SVG text at least 9 px as displayed (super- and subscripts
+6.3 px). A second screenshot per page at 800 px.
 """
 from __future__ import annotations
 
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
-import bookcheck
 from bookcheck import LAYOUT, ROOT, broken_local_link, config, layout_problems, toc_docnames
 
 PAGES = toc_docnames()
 # the chapters are the numbered notebooks; other pages (the notation page) are checked as pages
 CHAPTERS = [d for d in PAGES[1:] if (ROOT / f"{d}.ipynb").exists()]
 
-# (page, layout check) -> why it is known to fail. Each is reported as a warning, not a failure;
-# remove the entry when the page is fixed.
-KNOWN_LAYOUT_FAILURES: dict[tuple[str, str], str] = {
-    ("book/03_multi_phase", "small SVG text"): "a mathtext exponent 5.0 px as displayed (needs 6.3)",
-    ("book/05_continuous_time", "small SVG text"): "a figure's 7-unit text, 8.8 px as displayed (needs 9)",
-}
 PROOF_KINDS = ("Theorem|Lemma|Definition|Remark|Corollary|Proposition|Example|Assumption|Axiom|"
                "Conjecture|Criterion|Property|Observation|Notation|Algorithm")
 
@@ -207,18 +198,8 @@ def test_page(docname, book_html, browser, screenshots):
     problems = _problems(report, html, log)
     if docname in CHAPTERS:
         problems += _chapter_problems(report, docname)
-    layout_found = layout_problems(layout)
-    found_checks = set(layout_found)
-    for check, found in layout_found.items():
-        reason = KNOWN_LAYOUT_FAILURES.get((docname, check))
-        if reason:
-            bookcheck.KNOWN_SEEN.append(f"{docname}: {check}, {len(found)} finding(s) ({reason})")
-            warnings.warn(f"{docname}: known layout failure, {check} ({reason}): " + "; ".join(found[:3])
-                          + (f"; and {len(found) - 3} more" if len(found) > 3 else ""), stacklevel=1)
-        else:
-            problems += [f"{check}: {f}" for f in found]
-    fixed = [check for (doc, check) in KNOWN_LAYOUT_FAILURES if doc == docname and check not in found_checks]
-    bookcheck.KNOWN_SEEN += [f"{docname}: {check} passes now: remove it from KNOWN_LAYOUT_FAILURES" for check in fixed]
+    for check, found in layout_problems(layout).items():
+        problems += [f"{check}: {f}" for f in found]
     assert not problems, f"{docname}:\n  " + "\n  ".join(problems)
 
 
