@@ -146,8 +146,15 @@ def read_chapter(path: Path) -> Chapter:
     return chapter
 
 
+SUPERSCRIPTS = {"j": "ʲ", "k": "ᵏ", "n": "ⁿ", "t": "ᵗ", "2": "²", "3": "³"}
+
+
 def escape(text: str) -> str:
-    return re.sub(r"([\\`*_|$<>\[\]{}])", r"\\\1", text)
+    """A check's text as a table cell: markdown characters escaped, ``^j`` as a superscript (the
+    check lines are plain text), and hyphens that do not break, so that ``1e-12`` or ``TEXP--``
+    stays on one line of a narrow column."""
+    text = re.sub(r"\^(\w)\b", lambda m: SUPERSCRIPTS.get(m.group(1), m.group(0)), text)
+    return re.sub(r"([\\`*_|$<>\[\]{}])", r"\\\1", text).replace("-", "\u2011")
 
 
 def rows_for(chapter: Chapter, label: str | None, pattern: str) -> list[Check]:

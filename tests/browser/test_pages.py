@@ -7,7 +7,8 @@ local link resolves, to a file and, for ``#anchor`` links, to an element with th
 JavaScript exception and no missing local resource; and one full-page screenshot in
 test-artifacts/screenshots/. Chapter pages also: theorems/lemmas/definitions and figures carry
 the chapter's number (``Lemma 1.2``, ``Fig. 1.3``) in one running sequence, every plot is a
-numbered figure with a caption, plumbing code is collapsed, long outputs scroll, the install cell
+numbered figure with a caption, plumbing code is collapsed, long outputs scroll (tables and
+``full-output`` cells are shown whole, never clipped), the install cell
 is not shown, and the Colab and Binder buttons point at this chapter's notebook.
 
 Layout, per page at 1280 px (bookcheck.layout_problems): no display equation wider than the text
@@ -69,9 +70,13 @@ INSPECT = r"""
     equations: [...article.querySelectorAll('span.eqno')].map(e => e.firstChild.textContent.trim()),
     hiddenInputsVisible: [...article.querySelectorAll('.cell.tag_hide-input .cell_input pre')].filter(visible).length,
     hiddenInputs: article.querySelectorAll('.cell.tag_hide-input').length,
+    // long outputs scroll, except the ones shown whole on purpose: tables, and full-output cells
     outputsNotScrolling: [...article.querySelectorAll('.cell_output')].filter(o => {
+        if (o.querySelector('table') || o.closest('.cell.tag_full-output')) return false;
         const s = getComputedStyle(o); return s.maxHeight === 'none' || !['auto', 'scroll'].includes(s.overflowY);
     }).length,
+    tablesClipped: [...article.querySelectorAll('.cell_output')].filter(o =>
+        (o.querySelector('table') || o.closest('.cell.tag_full-output')) && o.scrollHeight > o.clientHeight + 1).length,
     installCellShown: article.textContent.includes('google.colab'),
     launch: [...document.querySelectorAll('a[href]')].map(a => a.href)
               .filter(h => /colab\.research\.google\.com|mybinder\.org/.test(h)),
@@ -164,6 +169,8 @@ def _chapter_problems(report: dict, docname: str) -> list[str]:
         out.append(f"{report['hiddenInputsVisible']} hide-input cells show their code expanded")
     if report["outputsNotScrolling"]:
         out.append(f"{report['outputsNotScrolling']} outputs do not scroll (nb_scroll_outputs)")
+    if report["tablesClipped"]:
+        out.append(f"{report['tablesClipped']} table or full-output outputs are clipped by a scroll box")
     if report["installCellShown"]:
         out.append("the Colab install cell is shown (tag it remove-cell)")
     repo = config().get("repository", {})
@@ -350,6 +357,28 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
                      "no element with id 'nowhere'", "local resources that failed to load",
                      "markdown tables shown as text"):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
+
+
+def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, browser):
+    """A table output clipped by a scroll box, and a text output that does not scroll, are each
+    reported; a table shown whole and a scrolling text output are not."""
+    rows = "".join(f"<tr><td>claim {i}</td><td>✓</td></tr>" for i in range(30))
+    box = 'style="max-height: 4em; overflow-y: auto"'
+    (tmp_path / "page.html").write_text(
+        '<html><body><article class="bd-article"><h1>1. A chapter</h1>'
+        f'<div class="cell"><div class="cell_output" {box}><table>{rows}</table></div></div>'
+        f'<div class="cell"><div class="cell_output"><table>{rows}</table></div></div>'
+        '<div class="cell"><div class="cell_output"><pre>long text</pre></div></div>'
+        f'<div class="cell"><div class="cell_output" {box}><pre>scrolls</pre></div></div>'
+        '</article></body></html>')
+    page, _ = browser.open((tmp_path / "page.html").as_uri())
+    try:
+        report = page.evaluate(INSPECT)
+    finally:
+        page.close()
+    assert report["tablesClipped"] == 1 and report["outputsNotScrolling"] == 1, report
+    problems = "\n".join(_chapter_problems(report, "book/01_scale_invariance"))
+    assert "1 table or full-output outputs are clipped" in problems and "1 outputs do not scroll" in problems
 
 
 def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
