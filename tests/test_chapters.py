@@ -112,6 +112,9 @@ def run_chapter(chapter, parameters, tmp_path):
         cwd=str(BOOK),
         kernel_name="python3",
         progress_bar=False,
+        # the outputs are complete when the last cell returns: stopping the kernel at once instead of
+        # waiting for it to exit saves about 2.5 s of every run (measured on chapter 1, 3 runs each)
+        shutdown_kernel="immediate",
     )
 
 
