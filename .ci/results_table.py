@@ -10,7 +10,7 @@ tolerance.  Everything comes from the committed notebooks ``book/NN_*.ipynb``:
   ``RESULTS`` below, if the chapter defines it);
 * its check lines: the lines the chapter's cells printed in the section (``##`` heading) that
   states the result, else in the sections whose text cites its label (``{prf:ref}`thm-texp```),
-  else the lines that match the result's pattern in ``RESULTS``.  A check line is what ``explr.params.Checks`` prints,
+  else the lines that match the result's pattern in ``RESULTS``.  A check line is what ``explr.book.checks.Checks`` prints,
   "✓ <claim>: measured <x>, tolerance <y>" or "SKIPPED (not asserted): <claim>; <needs>", or, in a
   chapter not converted to it yet, a line ending in ": True".
 
@@ -102,7 +102,7 @@ def parse_check(line: str) -> Check | None:
     m = re.match(r"SKIPPED \(not asserted\):\s*(.*?)(?:;\s*(.*))?$", line)
     if m:
         return Check("skipped", m.group(1), "", m.group(2) or "")
-    m = re.match(r"(.*\S)\s*:\s*True$", line)  # a chapter not converted to explr.params.Checks yet
+    m = re.match(r"(.*\S)\s*:\s*True$", line)  # a chapter not converted to explr.book.checks.Checks yet
     if m:
         return Check("✓", m.group(1), "holds", "")
     return None

@@ -1,10 +1,10 @@
-"""explr.params: the rules, check_parameters' one-line errors, and Checks' lines and table."""
+"""explr.params: the rules and check_parameters' one-line errors."""
 import math
 
 import numpy as np
 import pytest
 
-from explr.params import Checks, Choice, Flag, Float, Int, Numbers, Text, check_parameters
+from explr.params import Choice, Flag, Float, Folder, Int, Numbers, Text, check_parameters
 
 
 @pytest.mark.parametrize("rule, good, bad", [
@@ -41,16 +41,18 @@ def test_check_parameters_names_the_first_bad_value_and_its_rule():
         check_parameters(params, {"epochs": Int(1)})
 
 
-def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys):
-    checks = Checks()
-    checks.claim("TEXP ≡ Step Decay", 3.6e-14 < 1e-9, measured=3.6e-14, tolerance=1e-9)
-    checks.skip("drift past 1e-2", "needs >= 2000 steps")
-    assert capsys.readouterr().out.splitlines() == [
-        "✓ TEXP ≡ Step Decay: measured 3.6e-14, tolerance 1e-09",
-        "SKIPPED (not asserted): drift past 1e-2; needs >= 2000 steps"]
-    with pytest.raises(AssertionError, match="^✗ twins agree: measured 0.2, tolerance 0.024$"):
-        checks.claim("twins agree", False, measured=0.2, tolerance=0.024)
-    assert checks.skipped == ["drift past 1e-2"]
-    table = checks.markdown().splitlines()
-    assert table[0].startswith("| claim |") and len(table) == 4  # the failed claim is not a row
-    assert "| TEXP ≡ Step Decay | ✓ | 3.6e-14 | 1e-09 |" in table
+def test_folder_accepts_an_existing_folder_or_a_fetchable_name_and_nothing_else(tmp_path):
+    rule = Folder("a folder of CIFAR-10 runs", fetchable=("../results/cifar10-full",))
+    assert rule.ok(str(tmp_path)) and rule.ok("../results/cifar10-full")
+    (tmp_path / "file").write_text("")
+    for bad in [str(tmp_path / "nope"), str(tmp_path / "file"), "../results/nope", "", None, 3]:
+        assert not rule.ok(bad), bad
+    with pytest.raises(ValueError, match=r"^results = '/nonexistent': must be a folder of CIFAR-10 runs: an existing "
+                                         r"folder \(or one of \.\./results/cifar10-full, fetched when absent\)$"):
+        check_parameters({"results": "/nonexistent"}, {"results": rule})
+
+
+def test_a_choice_says_why_with_its_note():
+    rule = Choice((False,), note=' (add "texp" to schedules)')
+    assert rule.ok(False) and not rule.ok(True)
+    assert rule.rule() == 'one of False (add "texp" to schedules)'

@@ -15,15 +15,15 @@ which stops at the first parameter out of range with ``ValueError: steps = 3: mu
 A rule may be given as a zero-argument callable: it is built only once the parameters before it have
 passed, so its bounds may use them.
 
-:class:`Checks` is how a chapter asserts its claims: one visible line per claim (✓, or SKIPPED with what
-the claim needs), an ``AssertionError`` naming the claim when it fails, and a closing table of what was
-checked (:meth:`Checks.table`).
+How a chapter asserts its claims and shows what it measured is the book's concern:
+:class:`explr.book.checks.Checks`.
 """
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -33,9 +33,9 @@ __all__ = [
     "Float",
     "Flag",
     "Text",
+    "Folder",
     "Numbers",
     "check_parameters",
-    "Checks",
 ]
 
 
@@ -52,9 +52,10 @@ class Choice:
     """One of ``choices``."""
 
     choices: tuple
+    note: str = ""  # appended to the rule
 
     def rule(self) -> str:
-        return f"one of {', '.join(map(str, self.choices))}"
+        return f"one of {', '.join(map(str, self.choices))}{self.note}"
 
     def ok(self, v) -> bool:
         return v in self.choices
@@ -138,6 +139,25 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Folder:
+    """An existing folder, described by ``what``; or one of ``fetchable``, which the caller fetches when absent
+    (the chapters' ``results/...`` folders, downloaded from the repository archive on Colab)."""
+
+    what: str
+    fetchable: tuple = ()
+
+    def rule(self) -> str:
+        also = f" (or one of {', '.join(self.fetchable)}, fetched when absent)" if self.fetchable else ""
+        return f"{self.what}: an existing folder{also}"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and bool(v) and (v in self.fetchable or Path(v).is_dir())
+
+    def parse(self, text: str):
+        return text
+
+
+@dataclass(frozen=True)
 class Numbers:
     """A list of values that each pass ``item``: at least ``min_len`` of them, and optionally strictly
     increasing or pairwise distinct.  ``none_ok``: ``None`` is allowed too (meaning "the default")."""
@@ -176,54 +196,3 @@ def check_parameters(namespace: dict, rules: dict) -> None:
         value = namespace[name]
         if not rule.ok(value):
             raise ValueError(f"{name} = {value!r}: must be {rule.rule()}")
-
-
-def _shown(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
-
-
-@dataclass
-class Checks:
-    """The claims a chapter asserts, each with one visible line, and the table of what was checked.
-
-    ``checks.claim("TEXP ≡ Step Decay", deviation < 1e-9, measured=deviation, tolerance=1e-9)`` prints
-    "✓ TEXP ≡ Step Decay: measured 3.6e-14, tolerance 1e-09" or raises ``AssertionError`` with that line
-    and ✗.  ``checks.skip(claim, needs)`` prints "SKIPPED (not asserted): claim; needs …" for a claim whose
-    regime the parameters do not reach.  :meth:`table` is the chapter's closing "What was checked".
-    """
-
-    rows: list = field(default_factory=list)
-
-    def claim(self, text: str, ok, *, measured=None, tolerance=None) -> None:
-        numbers_ = ", ".join(part for part in (
-            f"measured {_shown(measured)}" if measured is not None else "",
-            f"tolerance {_shown(tolerance)}" if tolerance is not None else "") if part)
-        line = f"{text}: {numbers_}" if numbers_ else text
-        if not bool(ok):
-            raise AssertionError(f"✗ {line}")
-        self.rows.append(("✓", text, _shown(measured) if measured is not None else "",
-                          _shown(tolerance) if tolerance is not None else ""))
-        print(f"✓ {line}")
-
-    def skip(self, text: str, needs: str) -> None:
-        self.rows.append(("skipped", text, "", needs))
-        print(f"SKIPPED (not asserted): {text}; {needs}")
-
-    @property
-    def skipped(self) -> list:
-        return [text for status, text, *_ in self.rows if status == "skipped"]
-
-    def markdown(self) -> str:
-        """The rows as a markdown table (claim, result, measured, tolerance or what a skipped claim needs)."""
-        lines = ["| claim | result | measured | tolerance / needs |", "|---|---|---|---|"]
-        for status, text, measured, bound in self.rows:
-            lines.append(f"| {text} | {status} | {measured} | {bound} |".replace("\n", " "))
-        return "\n".join(lines)
-
-    def table(self):
-        """The markdown table, displayed (in a notebook) and returned."""
-        from IPython.display import Markdown
-
-        return Markdown(self.markdown())

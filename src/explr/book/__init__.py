@@ -6,6 +6,8 @@
 * :mod:`explr.book.stats` -- the fits and levels the chapters measure (log-log slopes, returning levels);
 * :mod:`explr.book.digits` -- scikit-learn's 8×8 digits, the small real dataset of chapters 1-3 and 5;
 * :mod:`explr.book.plotting` -- the book's figure style (vector figures, one colour per schedule);
+* :mod:`explr.book.checks` -- a chapter's asserted claims, one line each, and the round-off rule of what
+  they show;
 * :mod:`explr.book.report` -- chapter 6's pre-registered analysis plan (``analysis_plan.json``) and its
   verdicts (Welch, TOST, Holm).
 

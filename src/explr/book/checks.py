@@ -1,0 +1,96 @@
+"""How a chapter asserts its claims, and how it shows what it measured.
+
+:class:`Checks` gives each claim one visible line (✓, or SKIPPED with what the claim needs), raises an
+``AssertionError`` naming the claim when it fails, and ends the chapter with a table of what was checked
+(:meth:`Checks.table`).
+
+**The round-off rule** (:func:`shown`).  A committed output must read the same on every machine.  A
+float64 deviation far below its tolerance is set by the order of the operations: MKL and ATen choose
+their kernels by CPU (AVX2, AVX-512, ...), and reductions split by thread count, so its digits move from
+machine to machine (measured on this book: 5.2e-17 on one CPU, 1.13e-16 on another).  Such a value is
+shown as a bound instead of its digits:
+
+    measured < B,   B = 10^⌊log10 min(tolerance / 10, FLOOR)⌋,   FLOOR = 1e-8,
+
+i.e. a power of ten at least ten times below the tolerance, and never above 1e-8.  The bound is a true
+statement about the value, it shows the claim's margin, and a perturbation of the arithmetic would have to
+grow the value tenfold or more (to the tolerance's tenth) before the text changed.  A value at or above
+``B`` is a quantity of its own (a slope, a ratio, a percentage) and is shown with three significant
+digits.  ``tests/test_roundoff_guard.py`` reruns every chapter with the arithmetic perturbed
+(``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count) and fails on an
+output that moves.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["Checks", "FLOOR", "bound", "shown"]
+
+#: the largest value a bound may take: float64 deviations below it are round-off or solver tolerance.
+FLOOR = 1e-8
+
+
+def bound(tolerance: float) -> float:
+    """The power of ten below which a deviation checked against ``tolerance`` is shown only as ``< bound``."""
+    if not tolerance > 0:
+        return 0.0
+    return 10.0 ** math.floor(math.log10(min(tolerance / 10, FLOOR)) + 1e-9)
+
+
+def shown(value, tolerance=None) -> str:
+    """``value`` as a check line shows it: "< 1e-10" for a deviation under :func:`bound` of its tolerance
+    (the module docstring), a float at three significant digits, anything else as ``str``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool) and 0 <= value < bound(tolerance):
+        return f"< {bound(tolerance):.0e}"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+@dataclass
+class Checks:
+    """The claims a chapter asserts, each with one visible line, and the table of what was checked.
+
+    ``checks.claim("TEXP ≡ Step Decay", deviation < 1e-9, measured=deviation, tolerance=1e-9)`` prints
+    "✓ TEXP ≡ Step Decay: measured < 1e-10, tolerance 1e-09" (a deviation at round-off, :func:`shown`) or
+    raises ``AssertionError`` with that line and ✗.  ``checks.skip(claim, needs)`` prints
+    "SKIPPED (not asserted): claim; needs …" for a claim whose regime the parameters do not reach.
+    :meth:`table` is the chapter's closing "What was checked".
+    """
+
+    rows: list = field(default_factory=list)
+
+    def claim(self, text: str, ok, *, measured=None, tolerance=None) -> None:
+        measured_ = shown(measured, tolerance) if measured is not None else ""
+        tolerance_ = shown(tolerance) if tolerance is not None else ""
+        numbers = ", ".join(part for part in (
+            f"measured {measured_}" if measured_ else "", f"tolerance {tolerance_}" if tolerance_ else "") if part)
+        line = f"{text}: {numbers}" if numbers else text
+        if not bool(ok):
+            full = ", ".join(f"{name} {v!r}" if isinstance(v, float) else f"{name} {v}" for name, v in
+                             (("measured", measured), ("tolerance", tolerance)) if v is not None)
+            raise AssertionError(f"✗ {text}: {full}" if full else f"✗ {text}")  # every digit: it failed
+        self.rows.append(("✓", text, measured_, tolerance_))
+        print(f"✓ {line}")
+
+    def skip(self, text: str, needs: str) -> None:
+        self.rows.append(("skipped", text, "", needs))
+        print(f"SKIPPED (not asserted): {text}; {needs}")
+
+    @property
+    def skipped(self) -> list:
+        return [text for status, text, *_ in self.rows if status == "skipped"]
+
+    def markdown(self) -> str:
+        """The rows as a markdown table (claim, result, measured, tolerance or what a skipped claim needs)."""
+        lines = ["| claim | result | measured | tolerance / needs |", "|---|---|---|---|"]
+        for status, text, measured, limit in self.rows:
+            lines.append(f"| {text} | {status} | {measured} | {limit} |".replace("\n", " "))
+        return "\n".join(lines)
+
+    def table(self):
+        """The markdown table, displayed (in a notebook) and returned."""
+        from IPython.display import Markdown
+
+        return Markdown(self.markdown())

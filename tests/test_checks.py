@@ -1,0 +1,42 @@
+"""explr.book.checks: one line per claim, the closing table, and the round-off rule of what is shown."""
+import pytest
+
+from explr.book.checks import FLOOR, Checks, bound, shown
+
+
+def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys):
+    checks = Checks()
+    checks.claim("TEXP ≡ Step Decay", 3.6e-14 < 1e-9, measured=3.6e-14, tolerance=1e-9)
+    checks.claim("ratio near 1", True, measured=1.0096, tolerance=0.01)
+    checks.skip("drift past 1e-2", "needs >= 2000 steps")
+    assert capsys.readouterr().out.splitlines() == [
+        "✓ TEXP ≡ Step Decay: measured < 1e-10, tolerance 1e-09",
+        "✓ ratio near 1: measured 1.01, tolerance 0.01",
+        "SKIPPED (not asserted): drift past 1e-2; needs >= 2000 steps"]
+    # a failure shows every digit: it is an error to read, not an output to commit
+    with pytest.raises(AssertionError, match=r"^✗ twins agree: measured 0.2034567, tolerance 0.024$"):
+        checks.claim("twins agree", False, measured=0.2034567, tolerance=0.024)
+    assert checks.skipped == ["drift past 1e-2"]
+    table = checks.markdown().splitlines()
+    assert table[0].startswith("| claim |") and len(table) == 5  # the failed claim is not a row
+    assert "| TEXP ≡ Step Decay | ✓ | < 1e-10 | 1e-09 |" in table
+
+
+@pytest.mark.parametrize("tolerance, expected", [
+    (1e-9, 1e-10), (1e-12, 1e-13), (8.8e-12, 1e-13), (1e-7, 1e-8), (1e-6, 1e-8), (0.05, 1e-8), (0, 0.0)])
+def test_the_bound_is_a_power_of_ten_a_tenth_of_the_tolerance_or_below_and_at_most_the_floor(tolerance, expected):
+    assert bound(tolerance) == pytest.approx(expected, rel=1e-12)
+    assert bound(tolerance) <= min(tolerance / 10, FLOOR)
+
+
+def test_values_at_round_off_read_the_same_whatever_their_last_digits():
+    # the digits that moved between two CPUs (issue: 5.2e-17 / 1.13e-16, 0 / 2.22e-16, 3.95e-15 / 7.49e-15)
+    for a, b, tolerance in [(5.2e-17, 1.13e-16, 1e-9), (0.0, 2.22e-16, 1e-13), (3.95e-15, 7.49e-15, 1e-10)]:
+        assert shown(a, tolerance) == shown(b, tolerance) == f"< {bound(tolerance):.0e}"
+    # ... while a quantity of its own keeps its digits, and without a tolerance nothing is bounded
+    assert shown(0.0031, 0.05) == "0.0031"
+    assert shown(2.3e-14, 1e-12) == "< 1e-13"
+    assert shown(3e-13, 1e-12) == "3e-13"  # above the bound: shown, so a too-loose tolerance is visible
+    assert shown(1.13e-16) == "1.13e-16"
+    assert shown(-1e-17, 1e-9) == "-1e-17"  # a signed quantity is not a deviation
+    assert shown(14, 1) == "14" and shown(True, 1) == "True" and shown("1 ± 0.01") == "1 ± 0.01"
