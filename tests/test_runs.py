@@ -300,7 +300,7 @@ def test_a_stale_lock_of_a_dead_process_is_reported_and_the_run_resumes(arrays, 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / ".lock").write_text(f"{dead.pid}\n")
-    (tmp_path / ".checkpoint.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # a write killed midway
+    (tmp_path / f".checkpoint.pt.{dead.pid}.abc123de.tmp").write_bytes(b"half a checkpoint")  # a write killed midway
     r = train_run(cfg, tmp_path, arrays, progress=False, resume=True)
     assert r.status == "finished" and r.epochs_done == 3
     assert f"stale lock of process {dead.pid}" in capsys.readouterr().err
@@ -327,7 +327,8 @@ def _wait_for_epochs(run, n, proc, timeout=120):
 
 
 @pytest.mark.slow  # separate processes (spawn: each imports torch)
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                       (signal.SIGUSR2, 140)])  # a closed terminal; SLURM's preemption signal
 def test_a_signal_records_interrupted_keeps_the_checkpoint_and_resume_continues_exactly(sig, code, arrays, npz,
                                                                                         tmp_path):
     run = tmp_path / "texp" / "seed0"
@@ -338,7 +339,7 @@ def test_a_signal_records_interrupted_keeps_the_checkpoint_and_resume_continues_
     assert proc.returncode == code, err
     assert "Traceback" not in err
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "interrupted" and ("SIGINT" if code == 130 else "SIGTERM") in manifest["message"]
+    assert manifest["status"] == "interrupted" and f"interrupted by {signal.Signals(sig).name} " in manifest["message"]
     done = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
     assert done >= 1 and len(read_metrics(run)) == done
     # --resume to a shorter run is refused (epochs differ); the same settings continue exactly

@@ -11,7 +11,8 @@ The training options come from :class:`explr.cifar10.config.TrainConfig`'s field
 Exit codes: 0 every run finished; 2 bad settings, data or run folders (one line, nothing written);
 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker or cluster job
 failed; 6 the disk filled up (one line; the run says "interrupted" if its manifest could still be
-written); 130 SIGINT, 143 SIGTERM (the runs say "interrupted"; ``--resume`` continues them).
+written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
+them).
 
 A value that looks like a negative number is a value, not an option: ``--wd -1e-4`` reads as
 ``--wd=-1e-4`` (and is refused by the rule of ``--wd``), as argparse alone reads only ``-1`` and ``-.5`` so.
@@ -19,10 +20,13 @@ A value that looks like a negative number is a value, not an option: ``--wd -1e-
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from ..params import Int
 from .config import add_config_arguments, argument_type, configs_from_args
+from .runfolder import MANIFEST, run_dir
 from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
 from .sweep import EXIT_DIVERGED, EXIT_LOCKED, check_launcher, run_many, submit
 
@@ -106,6 +110,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configs = configs_from_args(args)
+    manifests = _manifest_times(configs, args.out)
     with handle_signals():
         try:
             check_launcher(args.launcher, jobs=args.jobs, cluster=args.cluster, partition=args.partition,
@@ -123,9 +128,21 @@ def main(argv=None) -> int:
             print(err, file=sys.stderr)
             return EXIT_DISK_FULL
         except KeyboardInterrupt as err:
-            print("interrupted; the runs keep their last checkpoints: rerun with --resume", file=sys.stderr)
+            started = _manifest_times(configs, args.out) != manifests
+            print("interrupted; the runs keep their last checkpoints: rerun with --resume" if started else
+                  "interrupted before any run started (while loading the data or checking the runs): rerun the same "
+                  "command", file=sys.stderr)
             return exit_code(err)
     return _report(configs, results)
+
+
+def _manifest_times(configs, out) -> dict:
+    """{run folder: modification time of its manifest}: a run that starts (or records an interruption) writes it."""
+    times = {}
+    for folder in (run_dir(out, c.schedule, c.seed) for c in configs):
+        with contextlib.suppress(OSError):
+            times[folder] = os.stat(folder / MANIFEST).st_mtime_ns
+    return times
 
 
 def _report(configs, results) -> int:

@@ -6,13 +6,16 @@ the target (``os.replace`` is atomic on POSIX).  The temporary file gets the mod
 run files and caches are as readable as anything else the user writes.  A process killed between
 the two steps (SIGKILL) leaves the ``.tmp`` file behind: :func:`remove_leftovers` clears them when
 a folder only one process writes (a locked run folder) is next used, and :func:`remove_stale_leftovers`
-those whose writer is gone in a folder several processes may write at once (the data cache).
+those whose writer is gone in a folder several processes may write at once (the data cache).  Only names
+of exactly that form (:data:`TMP_NAME`: ``mkstemp``'s 8 random characters) are the engine's: a user's
+``.notes.tmp`` beside them is never touched.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +23,8 @@ from pathlib import Path
 __all__ = ["atomic_write", "write_json", "remove_leftovers", "remove_stale_leftovers", "default_file_mode"]
 
 TMP_SUFFIX = ".tmp"
+#: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters of mkstemp>.tmp``.
+TMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}" + re.escape(TMP_SUFFIX))
 #: a temporary file untouched for this long is stale even if a process with its writer's pid is alive
 #: (the pid was reused, or the file was written on another machine sharing the folder).
 STALE_AFTER_S = 3600
@@ -54,19 +59,20 @@ def write_json(path, obj) -> None:
 
 
 def remove_leftovers(folder) -> list[str]:
-    """Delete the temporary files of writes that never finished in ``folder``; returns their names."""
+    """Delete the temporary files of writes that never finished in ``folder`` (names :data:`TMP_NAME`, nothing
+    else); returns their names."""
     removed = []
     for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
-        if p.is_file():
+        if TMP_NAME.fullmatch(p.name) and p.is_file():
             p.unlink(missing_ok=True)
             removed.append(p.name)
     return removed
 
 
 def _writer_pid(name: str) -> int | None:
-    """The pid in the temporary file name ``.<target>.<pid>.<random>.tmp``; None for a name without one."""
-    parts = name.removesuffix(TMP_SUFFIX).rsplit(".", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+    """The pid in the temporary file name :data:`TMP_NAME`; None for a name without one."""
+    match = TMP_NAME.fullmatch(name)
+    return int(match["pid"]) if match else None
 
 
 def _alive(pid: int) -> bool:

@@ -1,21 +1,28 @@
 """Who holds a run folder, and what ends a run: the lock (an exclusive ``fcntl.flock`` on ``<run>/.lock``,
-released by the kernel however its process dies; a pid left without the lock is a stale lock), SIGINT and
-SIGTERM (:func:`handle_signals`, :func:`exit_code`) and the errors of a run folder (:class:`RunError`,
-:class:`RunLocked`, :class:`Terminated`).  :mod:`explr.cifar10.runfolder` and :mod:`explr.cifar10.runs`
-re-export the public names.
+released by the kernel however its process dies; a pid left without the lock is a stale lock), SIGINT,
+SIGTERM, SIGHUP (a closed terminal) and SIGUSR2 (SLURM's preemption signal) (:func:`handle_signals`,
+:func:`exit_code`) and the errors of a run folder (:class:`RunError`, :class:`RunLocked`, :class:`Terminated`,
+:class:`DiskFull`).  :mod:`explr.cifar10.runfolder` and :mod:`explr.cifar10.runs` re-export the public names.
+
+The lock is never followed through a link (``O_NOFOLLOW``): a ``.lock`` that is a symbolic link is refused, as
+opening it for writing would truncate the file it points to.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
 import time
 from pathlib import Path
 
-__all__ = ["LOCK", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals", "lock_holder"]
+__all__ = ["LOCK", "DiskFull", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals",
+           "lock_holder", "signal_name"]
 
 LOCK = ".lock"
+#: the signals that end a run as SIGTERM does (:class:`Terminated`): a closed terminal, SLURM's preemption signal.
+TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
 
 class RunError(ValueError):
@@ -27,7 +34,30 @@ class RunLocked(RunError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived (raised by the handler of :func:`handle_signals`)."""
+    """SIGTERM, SIGHUP or SIGUSR2 arrived (raised by the handler of :func:`handle_signals`); ``signum`` says which."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class DiskFull(Exception):
+    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
+
+    def __init__(self, path, message: str = ""):
+        self.path = Path(path)
+        super().__init__(message or f"disk full while writing {path}")
+
+
+def _disk_full(err: BaseException | None) -> bool:
+    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 # ----------------------------------------------------------------------------- the lock
@@ -41,21 +71,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _read_pid(path: Path) -> int | None:
+def _read_pid(fd: int) -> int | None:
+    """The pid written in the open lock file ``fd`` (its first 32 bytes), or None."""
     try:
-        text = path.read_text().strip()
+        text = os.pread(fd, 32, 0).decode().strip()
         return int(text) if text else None
     except (OSError, ValueError):
         return None
 
 
 def lock_holder(folder) -> tuple[int | None, bool]:
-    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing."""
+    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing.  A ``.lock``
+    that is a link or not a regular file is no lock (:func:`~explr.cifar10.runfolder.check_run` refuses it)."""
     path = Path(folder) / LOCK
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         return None, False
-    pid = _read_pid(path)
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    pid = _read_pid(fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -70,7 +102,10 @@ class RunLock:
     """An exclusive ``fcntl.flock`` on ``folder/.lock`` for the whole run; the file holds the holder's pid.
 
     The kernel releases the lock when its process dies, however it dies.  A pid left in the file with
-    no lock held is a stale lock of a process that was killed: :attr:`stale_pid` reports it.
+    no lock held is a stale lock of a process that was killed: ``stale_pid`` reports it.  The folder
+    is created if it is missing.  If the lock cannot be taken (another holder: :class:`RunLocked`; a full
+    disk: :class:`DiskFull`; a ``.lock`` that is a link: :class:`RunError`), the ``.lock`` and the folders
+    this call created are removed again: nothing is left behind.
     """
 
     def __init__(self, folder):
@@ -79,29 +114,74 @@ class RunLock:
         self.stale_pid = None
 
     def __enter__(self) -> "RunLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        folder = self.path.parent
+        created = [p for p in (folder, *folder.parents) if not p.exists()]
+        fd, made, held = None, False, False
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, made = self._open()
+            self._acquire(fd)
+            held = True
+            previous = _read_pid(fd)
+            self.stale_pid = previous if previous not in (None, os.getpid()) else None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException as err:
+            if made and held:  # no other process can have taken a lock file this call made and holds
+                self.path.unlink(missing_ok=True)
+            if fd is not None:
+                os.close(fd)
+            for p in created:  # the deepest first; one that is not empty (someone else's now) stays
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+            if isinstance(err, OSError) and _disk_full(err):
+                raise DiskFull(self.path) from None
+            raise
+        self.fd = fd
+        return self
+
+    def _open(self) -> tuple[int, bool]:
+        """The lock file, opened for writing without following a link; and whether this call created it."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666), True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_NOFOLLOW), False
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise lock_is_a_link(self.path) from None
+            raise
+
+    def _acquire(self, fd: int) -> None:
+        """Take the exclusive lock on ``fd`` within a second (:class:`RunLocked` otherwise), and check that
+        ``fd`` is still the folder's ``.lock`` (not one a failed start of another process unlinked meanwhile)."""
         for attempt in range(20):  # a concurrent check_run holds a shared lock for microseconds
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if attempt == 19:
-                    pid = _read_pid(self.path)
-                    os.close(fd)
-                    raise RunLocked(_locked_message(self.path.parent, pid)) from None
+                    raise RunLocked(_locked_message(self.path.parent, _read_pid(fd))) from None
                 time.sleep(0.05)
-        previous = _read_pid(self.path)
-        self.stale_pid = previous if previous not in (None, os.getpid()) else None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
-        return self
+        try:
+            same = os.lstat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise RunLocked(f"{self.path.parent} is being started by another process; wait for it, then use --resume")
 
     def __exit__(self, *exc) -> None:
         os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly, not stale
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
+
+
+def lock_is_a_link(path: Path) -> RunError:
+    """The error for a ``.lock`` at ``path`` that is a symbolic link."""
+    return RunError(f"{path} is a symbolic link, not a file (the run's lock is an ordinary file, and writing through "
+                    "a link would change the file it points to); delete it")
 
 
 def _locked_message(folder: Path, pid: int | None) -> str:
@@ -114,17 +194,18 @@ def _locked_message(folder: Path, pid: int | None) -> str:
 # ----------------------------------------------------------------------------- signals
 @contextlib.contextmanager
 def handle_signals():
-    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated`, each once: later signals are
-    ignored, so that the interrupted run can record its status.  Main thread only; restores the handlers."""
+    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM, SIGHUP or SIGUSR2 (:data:`TERMINATING`) :class:`Terminated`,
+    once: later signals are ignored, so that the interrupted run can record its status.  Main thread only;
+    restores the handlers.  (A submitit job does not use it: submitit's own SIGUSR2 handler requeues the job.)"""
     fired = []
 
     def handler(signum, frame):
         if fired:
             return
         fired.append(signum)
-        raise (Terminated if signum == signal.SIGTERM else KeyboardInterrupt)()
+        raise Terminated(signum) if signum in TERMINATING else KeyboardInterrupt()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, *TERMINATING)}
     try:
         yield
     finally:
@@ -132,6 +213,15 @@ def handle_signals():
             signal.signal(s, h)
 
 
+def _signal(interrupt: KeyboardInterrupt) -> signal.Signals:
+    return signal.Signals(interrupt.signum if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
 def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
-    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, 140 for SIGUSR2."""
+    return 128 + _signal(interrupt)
+
+
+def signal_name(interrupt: KeyboardInterrupt) -> str:
+    """The signal that raised ``interrupt``: "SIGINT", "SIGTERM", "SIGHUP" or "SIGUSR2"."""
+    return _signal(interrupt).name

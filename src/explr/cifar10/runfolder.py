@@ -3,25 +3,32 @@ before the folder is used.  :mod:`explr.cifar10.runs` trains into it (and re-exp
 
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 
-    manifest.json    full config, resolved device/precision/threads, data source (name, kind, sha256), git
-                     commit, torch version, status ("running", "finished", "diverged", "interrupted") and
-                     ``checkpoint_sha256``, the sha256 of checkpoint.pt as last written (the digest of the one
-                     being written, ``checkpoint_sha256_writing``, is recorded before it is written)
+    manifest.json    full config, resolved device/precision/threads, data source (name, kind,
+                     sha256), git commit, torch version, status ("running", "finished",
+                     "diverged", "interrupted") and ``checkpoint_sha256``, the sha256 of
+                     checkpoint.pt as last written (the digest of the one being written,
+                     ``checkpoint_sha256_writing``, is recorded before it is written)
     metrics.jsonl    one JSON object per finished epoch; rewritten atomically
     checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
     .lock            held (``fcntl.flock``) by the process training the run; holds its pid
 
 Checks.  :func:`check_run` inspects a run folder without writing anything and raises :class:`RunError`
-(one line, saying what to do) for: a path to it through a file; a ``.lock`` that is not a file; a folder
-held by a live process (:class:`RunLocked`); a run that exists without ``resume``; a manifest that is not a
-readable JSON object; a checkpoint that is unreadable, not this engine's, or not the file the manifest
-recorded (sha256: torch's zip reader does not notice a flipped byte of tensor data); a resume with other
-trajectory-defining settings (a setting the saved config lacks counts as its default), other *resolved*
+(one line, saying what to do) for: a path to it through a file, or too long to look up; a run folder that is a
+symbolic link (its files, and the temporary files removed at the start, would be those of the folder it points
+to); a ``.lock`` that is a link or not a file; a folder held by a live process (:class:`RunLocked`); a run that
+exists without ``resume``; a manifest that is not a readable JSON object, or whose fields that the engine reads
+(:data:`MANIFEST_FIELDS`) are not of the types it writes; a checkpoint that is unreadable, not this engine's,
+or not the file the manifest recorded (sha256: torch's zip reader does not notice a flipped byte of tensor
+data); a resume with other trajectory-defining settings (a setting the saved config lacks counts as its default), other *resolved*
 device type, precision or CPU threads, or other data (sha256, also for finished runs); a checkpoint whose
-epoch or tensors do not fit the run; a finished run whose metrics.jsonl does not parse.
+epoch or tensors do not fit the run; a finished run whose metrics.jsonl does not parse.  The run files are
+read only if they are regular files (a FIFO would block, ``/dev/zero`` never ends), and the manifest and metrics
+only up to a size no run of this engine reaches (:data:`MAX_MANIFEST_BYTES`, :data:`MAX_METRICS_BYTES`); JSON
+nested too deeply for Python's parser is a line naming the file, not a ``RecursionError``.
 
 Writes (:func:`write_file`) are atomic; a full disk (``ENOSPC`` or ``EDQUOT`` anywhere in the error's
-chain, as torch's zip writer hides it) is raised as :class:`DiskFull`.
+chain, as torch's zip writer hides it) is raised as :class:`DiskFull`, also when taking the lock (:class:`RunLock`),
+which then leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -41,7 +49,8 @@ from . import files
 from .config import TRAJECTORY_KEYS, TrainConfig
 from .data import CifarArrays
 from .hardware import resolve_device, resolve_precision, resolve_threads
-from .lock import LOCK, RunError, RunLock, RunLocked, Terminated, _locked_message, exit_code, handle_signals, lock_holder
+from .lock import LOCK, DiskFull, RunError, RunLock, RunLocked, Terminated, _disk_full, _locked_message, exit_code
+from .lock import handle_signals, lock_holder, lock_is_a_link, signal_name
 
 __all__ = [
     "FORMAT",
@@ -69,6 +78,7 @@ __all__ = [
     "resolved_settings",
     "run_dir",
     "serialize_checkpoint",
+    "signal_name",
     "write_file",
 ]
 
@@ -78,18 +88,23 @@ METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+#: larger than any manifest this engine writes (a few KiB) and than the metrics of 100000 epochs (~60 MiB).
+MAX_MANIFEST_BYTES, MAX_METRICS_BYTES = 1 << 24, 1 << 28
+#: the manifest's fields that the engine reads: the JSON types it writes them with, and their description.
+MANIFEST_FIELDS = {
+    "status": ((str,), "a string"), "message": ((str,), "a string"), "config": ((dict,), "an object"),
+    "resolved": ((dict,), "an object"), "devices": ((list,), "a list of strings"),
+    "epochs_done": ((int,), "an integer"),
+    "checkpoint_sha256": ((str, type(None)), "a string or null"), "started": ((str,), "a string"),
+    "checkpoint_sha256_writing": ((str, type(None)), "a string or null"),
+}
+_JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+               dict: "an object", type(None): "null"}
+_METRICS_REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
 
 
 #: the exit code of a run (CLI or worker) that stopped because the disk filled up.
 EXIT_DISK_FULL = 6
-
-
-class DiskFull(Exception):
-    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
-
-    def __init__(self, path, message: str = ""):
-        self.path = Path(path)
-        super().__init__(message or f"disk full while writing {path}")
 
 
 # ----------------------------------------------------------------------------- reading runs
@@ -98,43 +113,82 @@ def run_dir(out, schedule: str, seed: int) -> Path:
     return Path(out) / schedule / f"seed{seed}"
 
 
+def _read_run_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of the run file ``path``; ``ValueError`` unless it is a regular file (checked on the open file,
+    which a FIFO does not block) of at most ``limit`` bytes."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                     stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
+            raise ValueError(f"not a regular file but {kinds.get(stat.S_IFMT(st.st_mode), 'a special file')}")
+        if limit is not None and st.st_size > limit:
+            raise ValueError(f"larger than the {limit >> 20} MiB this engine ever writes there")
+        return f.read()
+
+
+def _manifest_field_error(manifest: dict) -> str | None:
+    """What is wrong with the first field of :data:`MANIFEST_FIELDS` that ``manifest`` holds with another type."""
+    for key, (types, expected) in MANIFEST_FIELDS.items():
+        if key not in manifest:
+            continue
+        value = manifest[key]
+        if type(value) not in types:
+            return f"{key} is {_JSON_TYPES[type(value)]}, expected {expected}"
+        wrong = [_JSON_TYPES[type(d)] for d in value if type(d) is not str] if key == "devices" else []
+        if wrong:
+            return f"{key} holds {wrong[0]}, expected {expected}"
+    return None
+
+
 def read_manifest(path) -> dict:
-    """The manifest at ``path`` (a JSON object); :class:`RunError` naming the file and what to delete otherwise."""
+    """The manifest at ``path`` (a JSON object whose fields the engine reads have its types, a regular file of at most
+    :data:`MAX_MANIFEST_BYTES`); :class:`RunError` naming the file and what to delete otherwise."""
     path = Path(path)
     remedy = (f"delete it (--resume rebuilds it from {CHECKPOINT})" if (path.parent / CHECKPOINT).exists()
               else f"delete the folder {path.parent}")
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(_read_run_file(path, MAX_MANIFEST_BYTES))
+    except RecursionError:
+        raise RunError(f"{path} is unreadable (nested too deeply to parse; hand-edited?); {remedy}") from None
     except (ValueError, OSError) as err:
         raise RunError(f"{path} is unreadable ({err}); {remedy}") from None
     if not isinstance(manifest, dict):
         raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}; hand-edited?); {remedy}")
+    wrong = _manifest_field_error(manifest)
+    if wrong:
+        raise RunError(f"{path}: {wrong} (hand-edited?); {remedy}")
     return manifest
 
 
 def read_metrics(path, *, drop_partial_last: bool = False) -> list[dict]:
     """The per-epoch rows of a run (``path``: its directory or its metrics.jsonl).
 
-    A line that is not a JSON object is a :class:`RunError` naming the file and the line;
+    A line that is not a JSON object is a :class:`RunError` naming the file and the line, and so is a file that
+    is not a regular UTF-8 file of at most :data:`MAX_METRICS_BYTES`; a missing file is ``FileNotFoundError``.
     ``drop_partial_last``: an unparsable last line is dropped instead (the partial write of a killed epoch).
     """
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
-    lines = path.read_text().splitlines()
+    try:
+        lines = _read_run_file(path, MAX_METRICS_BYTES).decode().splitlines()
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError) as err:
+        raise RunError(f"{path} is unreadable ({err}); {_METRICS_REMEDY}") from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if drop_partial_last and number == len(lines):
                 break
             row = None
         if not isinstance(row, dict):
-            raise RunError(f"{path} line {number} is not a JSON object (truncated or hand-edited?); delete the file "
-                           f"and rerun with --resume: it is rewritten from {CHECKPOINT}")
+            raise RunError(f"{path} line {number} is not a JSON object (truncated or hand-edited?); {_METRICS_REMEDY}")
         rows.append(row)
     return rows
 
@@ -157,7 +211,7 @@ def load_runs(out) -> list[dict]:
                 if metrics_path.exists() else [])
         metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
         cfg = manifest.get("config")
-        if not isinstance(cfg, dict) or "schedule" not in cfg or "seed" not in cfg:
+        if not isinstance(cfg, dict) or type(cfg.get("schedule")) is not str or type(cfg.get("seed")) is not int:
             raise RunError(f"{manifest_path} has no config with schedule and seed (hand-edited?); delete the folder "
                            f"{manifest_path.parent}")
         runs.append({"schedule": cfg["schedule"], "seed": cfg["seed"], "dir": manifest_path.parent,
@@ -166,17 +220,6 @@ def load_runs(out) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- writing
-def _disk_full(err: BaseException | None) -> bool:
-    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def write_file(path, write) -> None:
     """:func:`explr.cifar10.files.atomic_write`; a full disk is raised as :class:`DiskFull` naming ``path``."""
     try:
@@ -248,7 +291,7 @@ def load_checkpoint(folder, manifest: dict) -> dict:
     folder = Path(folder)
     path = folder / CHECKPOINT
     try:
-        data = path.read_bytes()
+        data = _read_run_file(path)
         saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
@@ -295,13 +338,20 @@ def _check_states(saved: dict, config: TrainConfig, path: Path) -> None:
                        f"the folder {path.parent} to train this run again from the start") from None
 
 
+def _first_existing(path: Path) -> Path:
+    """``path`` or its nearest parent that exists; :class:`RunError` naming ``--out`` when the path cannot even be
+    looked up (``ENAMETOOLONG``: a folder name or the whole path longer than the file system allows)."""
+    try:
+        return next(p for p in (path, *path.parents) if p.exists())
+    except OSError as err:
+        raise RunError(f"--out: cannot use {path} ({err.strerror}); choose another --out") from None
+
+
 def _check_tree(folder: Path) -> None:
     """The first existing folder of ``folder``'s path (itself or a parent) must be a folder, not a file."""
-    for p in (folder, *folder.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise RunError(f"--out: {p} is a file, not a folder: cannot create the run folder {folder}")
-            return
+    p = _first_existing(folder)
+    if not p.is_dir():
+        raise RunError(f"--out: {p} is a file, not a folder: cannot create the run folder {folder}")
 
 
 def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
@@ -311,15 +361,21 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
     ``holding_lock``: the caller holds the folder's :class:`RunLock` (skip the lock check)."""
     folder = Path(folder)
     _check_tree(folder)
+    if folder.is_symlink():
+        raise RunError(f"{folder} is a symbolic link; a run folder must be a folder of its own (the run would write, "
+                       "and remove temporary files, in the folder it points to): remove the link or choose another "
+                       "--out")
     if not folder.is_dir():
         return RunCheck("new")
+    if (folder / LOCK).is_symlink():
+        raise lock_is_a_link(folder / LOCK)
     if (folder / LOCK).exists() and not (folder / LOCK).is_file():
         raise RunError(f"{folder / LOCK} is not a file (the run's lock is an ordinary file); delete it")
     pid, held = lock_holder(folder) if not holding_lock else (None, False)
     if held:
         raise RunLocked(_locked_message(folder, pid))
-    note = (f"{folder}: stale lock of process {pid}, which is no longer running (killed?); its last checkpoint "
-            "is kept") if pid and not held else ""
+    note = (f"{folder}: stale lock: {folder / LOCK} names process {pid}, which does not hold it (its run was "
+            "killed?); its last checkpoint is kept") if pid and not held else ""
     ckpt, manifest, metrics = folder / CHECKPOINT, folder / MANIFEST, folder / METRICS
     if not resume and (ckpt.exists() or metrics.exists()):
         raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
@@ -348,9 +404,7 @@ def check_writable(path) -> None:
     import tempfile
 
     path = Path(path).expanduser()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
+    probe = _first_existing(path)
     if not probe.is_dir():
         raise RunError(f"--out: {probe} is a file, not a folder: cannot create {path}")
     try:

@@ -59,6 +59,7 @@ from .runfolder import (
     resolved_settings,
     run_dir,
     serialize_checkpoint,
+    signal_name,
     write_file,
 )
 
@@ -182,8 +183,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     if check_run(config, out, arrays, resume, resolved).state != "finished":  # before anything is created
         torch.set_num_threads(resolved["threads"])
         trainer = Trainer(config, arrays, model=model)
-    out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out) as lock:
+    with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         files.remove_leftovers(out)
         check = check_run(config, out, arrays, resume, resolved, holding_lock=True)
         if lock.stale_pid:
@@ -254,9 +254,8 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
         _finish(manifest_path, manifest, "diverged", message, elapsed, history)
         raise TrainingDiverged(message) from None
     except KeyboardInterrupt as err:
-        name = "SIGTERM" if isinstance(err, Terminated) else "SIGINT"
-        message = (f"interrupted by {name} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} is kept, "
-                   "--resume continues from it")
+        message = (f"interrupted by {signal_name(err)} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} "
+                   "is kept, --resume continues from it")
         _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
         raise
     except DiskFull as err:
