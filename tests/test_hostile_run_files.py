@@ -222,6 +222,7 @@ def test_an_interrupt_while_decoding_says_no_run_started(tmp_path, capsys, monke
         raise KeyboardInterrupt()
 
     monkeypatch.setattr(image_folder, "_decode_tree", interrupted)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the decode cache's key, not in ~/.cache
     argv = ["--schedule", "step", "--data", str(tree), "--data-root", str(tmp_path / "root"), "--out",
             str(tmp_path / "out"), *CLI_TINY]
     assert main(argv) == 130

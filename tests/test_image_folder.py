@@ -20,7 +20,15 @@ import pytest
 from PIL import Image
 
 from explr.cifar10 import image_folder as image_folder_module
-from explr.cifar10.data import CLASSES, DataError, load_cifar10, load_image_folder, make_synthetic, write_image_folder
+from explr.cifar10.data import CLASSES, NPZ_KEYS, DataError, arrays_sha256, load_cifar10, load_image_folder
+from explr.cifar10.data import make_synthetic, write_image_folder
+
+
+@pytest.fixture(autouse=True)
+def cache_key_home(tmp_path, monkeypatch):
+    """The decode cache's key (:func:`explr.cifar10.arrays.cache_key`) in this test's folder, not in ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return tmp_path / "xdg-cache" / "explr"
 
 
 @pytest.fixture(scope="module")
@@ -311,6 +319,61 @@ def test_a_cache_holding_other_arrays_is_rebuilt_with_a_notice(tmp_path, small, 
     assert "rebuilding the cache from c.tar.gz" in capsys.readouterr().err
 
 
+def _forge(npz, x_train):
+    """What an attacker who can write the cache does: other images, and every plain checksum recomputed."""
+    with np.load(npz) as f:
+        content = {k: f[k] for k in f.files}
+    content["x_train"] = x_train
+    if "arrays_sha256" in content:
+        content["arrays_sha256"] = np.array(arrays_sha256(*(content[k] for k in NPZ_KEYS)))
+    np.savez(npz, **content)
+
+
+def test_a_forged_cache_with_recomputed_checksums_is_rebuilt(tmp_path, small, capsys):
+    """Defect 3: a cache whose arrays were replaced and whose arrays_sha256 was recomputed was trained on silently,
+    the manifest still naming the archive's sha256."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    (npz,) = cache.glob("image-folder-*.npz")
+    _forge(npz, 255 - first.x_train)
+    again = load_image_folder(src, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(again.x_train, first.x_train)
+    assert again.sha256 == first.sha256
+    assert "not written by this engine's decoder for c.tar.gz" in capsys.readouterr().err
+
+
+def test_a_cache_made_under_another_key_or_decoder_is_rebuilt(tmp_path, small, capsys, monkeypatch, cache_key_home):
+    """A cache copied from another machine or user (another key), or made by another decoder, is not trusted."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    key = cache_key_home / "decode-cache.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-user"))
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "not written by this engine's decoder" in capsys.readouterr().err
+    monkeypatch.setattr(image_folder_module, "DECODER", image_folder_module.DECODER + "+changed")
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "not written by this engine's decoder" in capsys.readouterr().err
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert capsys.readouterr().err == "", "rebuilt: read silently"
+
+
+def test_a_cache_key_others_may_read_or_that_is_a_link_is_refused(tmp_path, small, cache_key_home):
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    key = cache_key_home / "decode-cache.key"
+    key.chmod(0o644)
+    with pytest.raises(DataError, match=r"decode-cache\.key may be read by other users .*delete it"):
+        load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    key.unlink()
+    key.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"decode-cache\.key is not a regular file"):
+        load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_an_unwritable_cache_folder_is_refused_before_decoding(tree, tmp_path, monkeypatch):
     """Item 16: a read-only --data-root gave an OSError traceback after a full decode."""
     _no_decoding(monkeypatch)
@@ -342,8 +405,8 @@ def test_stale_temp_files_of_the_cache_are_removed(tree, tmp_path):
     """Item 16: a kill -9 during the cache write left .image-folder-*.npz.*.tmp behind forever."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    dead = cache / ".image-folder-a.npz.999999999.k2j4.tmp"  # no such pid
-    alive = cache / f".image-folder-b.npz.{os.getpid()}.x8_q.tmp"  # a writer still at work
+    dead = cache / ".image-folder-a.npz.999999999.k2j4m7xa.tmp"  # no such pid
+    alive = cache / f".image-folder-b.npz.{os.getpid()}.x8_qz3ab.tmp"  # a writer still at work
     old = cache / ".image-folder-c.npz.q1w2e3.tmp"  # an older name without pid, untouched for 2 hours
     fresh = cache / ".image-folder-d.npz.r4t5y6.tmp"
     for p in (dead, alive, old, fresh):

@@ -426,9 +426,10 @@ def test_the_command_line_exits_3_with_the_divergence_line(npz, tmp_path, capsys
     assert manifest["status"] == "diverged" and manifest["epochs_done"] == 0
 
 
-def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_path):
+def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_path, monkeypatch):
     from explr.cifar10.data import load_cifar10, write_image_folder
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the decode cache's key, not in ~/.cache
     old = os.umask(0o022)
     try:
         train_run(TrainConfig(**{**TINY, "epochs": 1}, schedule="step"), tmp_path / "run", arrays, progress=False)

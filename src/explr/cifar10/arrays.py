@@ -1,16 +1,28 @@
 """CIFAR-10 in memory and on disk as arrays: :class:`CifarArrays` (checksum, channel statistics), the checks
 every source passes (:class:`DataError`, one line saying how to get the data), the ``.npz`` format
 (:func:`load_npz`: every ``.npy`` header checked before anything is allocated, no pickles; :func:`write_npz`)
-and the decode cache of image folders (a ``.npz`` recording the source's sha256 and its arrays' checksum).
-:mod:`explr.cifar10.data` re-exports the public names.
+and the decode cache of image folders.  :mod:`explr.cifar10.data` re-exports the public names.
+
+The decode cache is a ``.npz`` of the decoded arrays and their *seal*: an HMAC-SHA256, under a secret key of
+this user (:func:`cache_key`), of the arrays' checksum, the source's sha256 and the decoder's version.  A
+checksum alone would not do: anyone who can write the cache file (a shared or copied ``--data-root``, another
+user of a group-writable folder) could put other images there and recompute any plain sha256, and the runs
+would train on them while their manifests name the archive's sha256.  Without the key no one can seal other
+arrays, or a cache made for another source or by another decoder version.  The key is kept apart from the
+caches, in ``$XDG_CACHE_HOME/explr`` (``~/.cache/explr``): a regular file of this user that no one else may
+read (anything else is refused in one line).  A cache that is not sealed for its source, its decoder and
+this key (from another machine or user, an older format, or changed since) is rebuilt, with one line on stderr.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import hashlib
+import hmac
 import math
 import os
+import secrets
+import stat
 import sys
 import tempfile
 import zipfile
@@ -32,6 +44,7 @@ __all__ = [
     "DataError",
     "CifarArrays",
     "arrays_sha256",
+    "cache_key",
     "load_npz",
     "write_npz",
 ]
@@ -241,7 +254,7 @@ def _read_npz(path: Path, keys) -> dict:
 
 
 def load_npz(path) -> CifarArrays:
-    """Read ``x_train, y_train, x_test, y_test`` from a ``.npz`` (:func:`_read_npz`: headers checked first, no pickles)."""
+    """Read ``x_train, y_train, x_test, y_test`` from a ``.npz`` (``_read_npz``: headers checked first, no pickles)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"--data {path}: no such file. {HOW_TO_GET}")
@@ -264,12 +277,72 @@ def write_npz(path, arrays: CifarArrays | dict) -> Path:
 
 
 # ----------------------------------------------------------------------------- the decode cache
-CACHE_KEYS = NPZ_KEYS + ("source_sha256", "arrays_sha256")
+CACHE_KEYS = NPZ_KEYS + ("seal",)
+KEY_BYTES = 32
+
+
+def _cache_key_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "explr" / "decode-cache.key"
+
+
+def _read_cache_key(path: Path) -> bytes:
+    """The key at ``path``: a regular file (not a link) of this user, of :data:`KEY_BYTES` bytes, that no one else
+    may read or write; :class:`DataError` naming it otherwise (``FileNotFoundError`` when there is none)."""
+    remedy = "delete it (a new key is made, and the decode caches are rebuilt once)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DataError(f"{path} is not a regular file (a symbolic link); {remedy}") from None
+        raise
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError(f"{path} is not a regular file; {remedy}")
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise DataError(f"{path} may be read by other users (mode {st.st_mode & 0o777:o}, owner uid {st.st_uid}): "
+                            f"it is the secret that seals your decode caches; {remedy}")
+        key = f.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise DataError(f"{path} is not a key of this engine ({KEY_BYTES} bytes); {remedy}")
+    return key
+
+
+def cache_key() -> bytes:
+    """This user's secret key that seals the decode caches (module docstring), made on first use: random bytes in
+    ``$XDG_CACHE_HOME/explr/decode-cache.key`` (mode 0600).  Processes that make it at once agree on one key (the
+    first ``os.link`` wins).  :class:`DataError` naming the file if it cannot be made or is not safe."""
+    path = _cache_key_path()
+    with contextlib.suppress(FileNotFoundError):
+        return _read_cache_key(path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+    except OSError as err:
+        raise DataError(f"cannot make the decode cache's key {path} ({err.strerror or _one_line(err)}); set "
+                        "XDG_CACHE_HOME to a folder of yours that can be written") from None
+    return _read_cache_key(path)
+
+
+def _seal(secret: bytes, key: str, decoder: str, digest: str) -> str:
+    """The HMAC-SHA256 under ``secret`` of the arrays' checksum ``digest``, the source's digest ``key`` and
+    ``decoder``: what a cache of those arrays, made from that source by that decoder, records."""
+    return hmac.new(secret, f"explr decode cache\0{decoder}\0{key}\0{digest}".encode(), hashlib.sha256).hexdigest()
 
 
 def _check_cache_folder(cache_dir: Path) -> None:
     """Refuse, before anything is decoded, a cache folder that cannot be written (read-only, not a folder):
-    a probe file is created in the nearest existing folder and removed."""
+    a probe file is created in the nearest existing folder and removed.  The key that seals the cache
+    (:func:`cache_key`) must be usable too."""
     probe = cache_dir
     while not probe.exists():
         probe = probe.parent
@@ -283,26 +356,29 @@ def _check_cache_folder(cache_dir: Path) -> None:
     except OSError as err:
         raise DataError(f"--data-root: cannot write the decode cache in {probe} ({err.strerror or _one_line(err)}); "
                         f"choose another --data-root") from None
+    cache_key()
 
 
-def _read_cache(cache: Path, key: str, source: str, kind: str) -> CifarArrays | None:
-    """The arrays cached for the source with digest ``key``, or None.
+def _read_cache(cache: Path, key: str, decoder: str, source: str, kind: str) -> CifarArrays | None:
+    """The arrays cached for the source with digest ``key`` by ``decoder``, or None.
 
-    The cache must be a readable ``.npz`` (:func:`_read_npz`) of valid splits that records ``key`` as its
-    source and the checksum of its arrays; one that is not (truncated, an older format, other arrays) is
-    reported in one line on stderr and None is returned, so that it is rebuilt.
+    The cache must be a readable ``.npz`` (:func:`_read_npz`) of valid splits whose seal is that of its arrays,
+    ``key`` and ``decoder`` under :func:`cache_key` (module docstring); one that is not (truncated, an older
+    format, other arrays, another source, decoder or key) is reported in one line on stderr and None is
+    returned, so that it is rebuilt.
     """
     if not cache.is_file():
         return None
+    secret = cache_key()
     try:
         a = _read_npz(cache, CACHE_KEYS)
         x_train, y_train = _check_split("train", a["x_train"], a["y_train"], str(cache))
         x_test, y_test = _check_split("test", a["x_test"], a["y_test"], str(cache))
-        if str(a["source_sha256"]) != key:
-            raise DataError(f"{cache}: the cache of another source")
         digest = arrays_sha256(x_train, y_train, x_test, y_test)
-        if str(a["arrays_sha256"]) != digest:
-            raise DataError(f"{cache}: its arrays do not match the checksum it recorded")
+        if not hmac.compare_digest(str(a["seal"]), _seal(secret, key, decoder, digest)):
+            raise DataError(f"{cache}: not written by this engine's decoder for {source} (its seal does not match: "
+                            "arrays changed since, or made for another source, by another decoder version or under "
+                            "another user's key)")
     except DataError as err:
         print(f"{err}; rebuilding the cache from {source}", file=sys.stderr)
         return None
@@ -310,11 +386,11 @@ def _read_cache(cache: Path, key: str, source: str, kind: str) -> CifarArrays | 
                        sha256=digest)
 
 
-def _write_cache(cache: Path, arrays: CifarArrays, key: str) -> None:
-    """Write the arrays, the source's digest ``key`` and the arrays' checksum to ``cache`` atomically; a full disk
-    or another write error is one :class:`DataError` line, and the temporary file is removed."""
+def _write_cache(cache: Path, arrays: CifarArrays, key: str, decoder: str) -> None:
+    """Write the arrays and their seal for the source's digest ``key`` and ``decoder`` to ``cache`` atomically; a
+    full disk or another write error is one :class:`DataError` line, and the temporary file is removed."""
     content = {k: getattr(arrays, k) for k in NPZ_KEYS}
-    content.update(source_sha256=np.array(key), arrays_sha256=np.array(arrays.sha256))
+    content.update(seal=np.array(_seal(cache_key(), key, decoder, arrays.sha256)))
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(cache, lambda f: np.savez(f, **content))

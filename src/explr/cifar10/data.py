@@ -20,8 +20,9 @@ Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
   or ``.tgz`` holding one (at its top level or under one folder; the archive is streamed, and only its
   image members are read).  Only regular files of at most :data:`MAX_IMAGE_BYTES` are read, and links
   only where they stay inside the tree.  It is decoded once with Pillow and the uint8 arrays are cached
-  in ``<data_root>/cache/`` under the source's sha256 (with the checksum of the arrays, verified on
-  load; a damaged or mismatched cache is rebuilt), so later runs load in about a second;
+  in ``<data_root>/cache/`` under the source's sha256, sealed with an HMAC of the arrays, the source and the
+  decoder's version under a key of this user (:mod:`~explr.cifar10.arrays`; verified on load: a damaged,
+  mismatched or forged cache is rebuilt), so later runs load in about a second;
 * ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
 
 Bad data is one :class:`DataError` line (a ``ValueError``: the CLI prints it and exits with code 2)

@@ -1,7 +1,7 @@
 """Image-folder trees ``train/<class>/*`` and ``test/<class>/*`` (PNG or JPEG) and ``.tar``/``.tar.gz``/``.tgz``
 archives of one: walked or streamed with every entry checked (regular files of at most
-:data:`MAX_IMAGE_BYTES`, links only inside the tree), decoded once with Pillow and cached
-(:mod:`explr.cifar10.arrays`).  :mod:`explr.cifar10.data` re-exports the public names.
+:data:`MAX_IMAGE_BYTES`, links only inside the tree), decoded once with Pillow and cached, sealed for the
+source and :data:`DECODER` (:mod:`explr.cifar10.arrays`).  :mod:`explr.cifar10.data` re-exports the public names.
 """
 from __future__ import annotations
 
@@ -19,13 +19,18 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import PIL
 
 from .files import remove_stale_leftovers
 from .arrays import CLASSES, HOW_TO_GET, CifarArrays, DataError
 from .arrays import _check_batch_size, _check_cache_folder, _file_hash, _one_line, _read_cache, _shown, _size, _write_cache
 
 
-__all__ = ["MAX_IMAGE_BYTES", "load_image_folder", "write_image_folder"]
+__all__ = ["DECODER", "MAX_IMAGE_BYTES", "load_image_folder", "write_image_folder"]
+
+#: the version of the decoding (raise the number when :func:`_decode_tree` or the labels change; Pillow's version
+#: stands for its libjpeg and libpng): a cache made by another decoder is rebuilt.
+DECODER = f"explr image-folder decoder 1, Pillow {PIL.__version__}"
 
 
 # ----------------------------------------------------------------------------- image-folder trees
@@ -303,8 +308,9 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     """An image-folder tree or a ``.tar``/``.tar.gz``/``.tgz`` of one, decoded once and cached (module docstring).
 
     The cache file is ``<cache_dir>/image-folder-<sha256>.npz``, keyed by the archive's sha256 (for a
-    folder: the digest of its images' paths and bytes); ``cache_dir=None`` disables it.  A damaged or
-    mismatched cache is rebuilt (one line on stderr), and temporary files of killed cache writes are removed.
+    folder: the digest of its images' paths and bytes) and sealed for it and :data:`DECODER` under this user's key
+    (:func:`~explr.cifar10.arrays.cache_key`); ``cache_dir=None`` disables it.  A damaged, mismatched or forged
+    cache is rebuilt (one line on stderr), and temporary files of killed cache writes are removed.
     Before anything is decoded, the tree is validated, the batch size (``batch_size``, if given) checked
     against its training images and the cache folder checked for writing; constant images are refused
     before the cache is written.
@@ -323,7 +329,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
         files = _tree_files(_tree_entries_from_folder(path), path.name)
         key = _tree_digest(files)
     cache = None if cache_dir is None else cache_dir / f"image-folder-{key}.npz"
-    arrays = None if cache is None else _read_cache(cache, key, path.name, kind)
+    arrays = None if cache is None else _read_cache(cache, key, DECODER, path.name, kind)
     if arrays is not None:
         _check_batch_size(len(arrays.y_train), batch_size, path.name)
         return arrays
@@ -336,7 +342,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
                          files={path.name: "sha256:" + key})
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
-        _write_cache(cache, arrays, key)
+        _write_cache(cache, arrays, key, DECODER)
     return arrays
 
 
