@@ -98,8 +98,8 @@ def make_scale_invariant(model: nn.Module, last_layer: nn.Module | None = None) 
 class InvarianceCheck:
     """One row of :func:`check_scale_invariance`.
 
-    ``loss_change``: max over the scales c of |L(c·θ_group) − L(θ)| / |L(θ)|.
-    ``grad_alignment``: |⟨∇_group L, θ_group⟩| / (‖∇_group L‖ ‖θ_group‖), 0 for an invariant group.
+    ``loss_change``: max over the scales c of ``|L(c·θ_group) − L(θ)| / |L(θ)|``.
+    ``grad_alignment``: ``|⟨∇_group L, θ_group⟩| / (‖∇_group L‖ ‖θ_group‖)``, 0 for an invariant group.
     """
 
     group: str
@@ -297,7 +297,7 @@ TWIN_EFFECTIVE_LR_TOLERANCE = (math.sqrt(1.1) - 1) / 2
 
 
 def effective_lr_gap(twin, original) -> float:
-    """max_k |twin_k / original_k − 1|: the largest relative gap of two effective-learning-rate series."""
+    """``max_k |twin_k / original_k − 1|``: the largest relative gap of two effective-learning-rate series."""
     twin, original = np.asarray(twin, dtype=float), np.asarray(original, dtype=float)
     if twin.shape != original.shape or twin.size == 0:
         raise ValueError(f"the two series must have the same non-empty shape; got {twin.shape} and {original.shape}")

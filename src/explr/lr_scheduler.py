@@ -2,7 +2,7 @@
 
 Typical use with any schedule of :mod:`explr.schedules`::
 
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # no weight_decay: the schedule sets it
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # no weight_decay here
     schedule = texp(step_decay(0.1, 200, 391, [100, 150]), 5e-4, 0.9)
     sched = PerStepLR.from_schedule(opt, schedule, rescale_above=1e3, model=model)
     for x, y in batches:
@@ -78,24 +78,22 @@ _STATE_KEYS = _PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_abo
 class PerStepLR(LRScheduler):
     """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
 
-    Parameters
-    ----------
-    optimizer : any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
+    :param optimizer: any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
         ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
-    lr : (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
+    :param lr: (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
         :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
         be the optimizer's) or a :class:`~explr.schedules.PlainSchedule` (its lr and wd, played as given).
-    wd : real number or (steps,) array of weight decays (default 0; omitted with a schedule);
+    :param wd: real number or (steps,) array of weight decays (default 0; omitted with a schedule);
         negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
         ``torch.optim.SGD`` accepts once built.
-    rescale_above : optional float > lr[0]; see the module docstring.  Without it, a learning rate that
+    :param rescale_above: optional float > lr[0]; see the module docstring.  Without it, a learning rate that
         no longer fits the parameters' dtype raises ``OverflowError`` naming the step.
-    model : optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
+    :param model: optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
         the scheduler also compares the model's train-mode outputs on the last training input at θ and 2^8·θ
         and warns if they differ by more than ``INVARIANCE_TOLERANCE`` (``check_invariance=False`` skips
         this, e.g. for models with dropout).
-    on_rescale : optional callable ``on_rescale(c)``, called after every rescaling θ → cθ.
-    last_epoch : as torch's: −1 starts at step 0; N ≥ 0 needs ``'initial_lr'`` in every group and starts at
+    :param on_rescale: optional callable ``on_rescale(c)``, called after every rescaling θ → cθ.
+    :param last_epoch: as torch's: −1 starts at step 0; N ≥ 0 needs ``'initial_lr'`` in every group and starts at
         step N + 1, as if stepped N + 1 times but with R = 1 (``load_state_dict`` resumes exactly).
 
     ``step()`` is called once after every ``optimizer.step()``; after ``steps`` calls the schedule is used

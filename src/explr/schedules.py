@@ -11,14 +11,15 @@ exponentially.  Every converter here returns an :class:`EquivalentSchedule`: fee
 ``.wd`` to SGD (same momentum) and its iterates are θ̃_k = ``scale[k]`` · θ_k, the same network.
 
 All converters share one exact construction (re-derived in the book, chapter 2): pick a ratio
-α_{k+1} = P_k / P_{k+1} for every step, set
+α_{k+1} = P_k / P_{k+1} for every step, set::
 
     lr̃_k = P_k P_{k+1} lr_k,      P_0 = 1,
 
-and the two runs stay equivalent iff the tilde run adds, at step k, the extra weight decay
+and the two runs stay equivalent iff the tilde run adds, at step k, the extra weight decay::
 
     c_k = (α_{k+1} − â_{k+1}) / (lr̃_k α_{k+1}),   i.e.  lr̃_k c_k = 1 − â_{k+1} / α_{k+1},
-    â_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k)   (the last term is absent at k = 0).
+    â_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k)
+                                              (the last term is absent at k = 0).
 
 TEXP++ (Thm 2.13) chooses α_{k+1} = â_{k+1}, so no correction is ever needed.  The exponential
 schedule (Thm 2.1/2.5) and TEXP (Thm 2.12) keep α constant inside a phase of constant (lr, wd) --
@@ -64,13 +65,13 @@ class EquivalentSchedule:
 
     Stored (never overflow):
 
-    log_lr : (steps,) float64 -- ln lr̃_k, the log learning rate of the equivalent run at step k.
-    lr_wd : (steps,) float64 -- lr̃_k · wd̃_k, the weight decay the equivalent run applies at step k
-        in units of its learning rate (the momentum corrections, 1 − â_{k+1}/α_{k+1}; zero where none,
-        negative where the run must *grow* θ).  Bounded, while wd̃_k alone can underflow.
-    log_scale : (steps + 1,) float64 -- ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
-    momentum : float -- the momentum γ both runs use.
-    name : str -- which construction produced it.
+    * ``log_lr``: (steps,) float64 -- ln lr̃_k, the log learning rate of the equivalent run at step k.
+    * ``lr_wd``: (steps,) float64 -- lr̃_k · wd̃_k, the weight decay the equivalent run applies at step k
+      in units of its learning rate (the momentum corrections, 1 − â_{k+1}/α_{k+1}; zero where none,
+      negative where the run must *grow* θ).  Bounded, while wd̃_k alone can underflow.
+    * ``log_scale``: (steps + 1,) float64 -- ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
+    * ``momentum``: float -- the momentum γ both runs use.
+    * ``name``: str -- which construction produced it.
 
     Derived (float64, ``inf`` / 0 where the value is outside float64's range):
     ``lr`` = lr̃_k, ``wd`` = wd̃_k (add ``wd[k] * θ`` to the gradient), ``scale`` = P_k.
@@ -311,7 +312,7 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
 
 # ----------------------------------------------------------------------------- ordinary schedules
 def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), factor: float = 0.1) -> np.ndarray:
-    """Per-step LR of Step Decay (Definition 2.11): ``lr`` × ``factor``^(number of milestones ≤ epoch).
+    """Per-step LR of Step Decay (Definition 2.11): ``lr × factor^m``, m the number of milestones ≤ epoch.
 
     ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
     by ``factor`` ∈ (0, 1].

@@ -52,14 +52,14 @@ def paper_sgd_step(theta, theta_prev, lr, lr_prev, grad, wd, momentum):
 class Trajectory:
     """What :func:`train_sgd` records.
 
-    outputs : (records, ...) -- ``model(probe)`` at the recorded steps (None without a probe).
-    norms : (records,) -- ‖θ_k‖ of the trainable parameters at the recorded steps.
-    steps : (records,) -- the recorded step indices k (0 = before training, ``steps`` = the end).
-    losses : (steps,) -- the training loss of every step's batch.
-    lrs : (steps,) -- the learning rate the optimizer actually used (after any rescaling).
-    rescale : float -- the final equivalent-rescaling factor R of the scheduler (1 without).
-    sq_norms : (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
-    sq_updates : (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
+    * ``outputs``: (records, ...) -- ``model(probe)`` at the recorded steps (None without a probe).
+    * ``norms``: (records,) -- ‖θ_k‖ of the trainable parameters at the recorded steps.
+    * ``steps``: (records,) -- the recorded step indices k (0 = before training, ``steps`` = the end).
+    * ``losses``: (steps,) -- the training loss of every step's batch.
+    * ``lrs``: (steps,) -- the learning rate the optimizer actually used (after any rescaling).
+    * ``rescale``: float -- the final equivalent-rescaling factor R of the scheduler (1 without).
+    * ``sq_norms``: (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
+    * ``sq_updates``: (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
     """
 
     outputs: np.ndarray | None

@@ -428,3 +428,24 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
     small = found["small SVG text"]
     assert len(small) == 2 and "tiny.svg: smallest text 4.0 px" in small[0], report
     assert "script.svg: smallest super/subscript 4.0 px" in small[1], report
+
+
+def test_api_page_lists_every_cli_option(book_html):
+    """The API reference's CLI section (book/api.md, .ci/apiref.py) is the parser's: every option of
+    ``python -m explr.cifar10 --help`` but ``--help`` has its entry, with --help's text, and no other."""
+    from explr.cifar10.__main__ import build_parser
+
+    sys.path.insert(0, str(ROOT / ".ci"))
+    import apiref
+
+    html = (book_html / "book" / "api.html").read_text()
+    page = set(re.findall(r'id="cmdoption-python-m-explr\.cifar10(-[^"]+)"', html))
+    parser = build_parser()
+    wanted = {f"-{s.lstrip('-')}" for a in parser._actions if a.option_strings and a.dest != "help"
+              for s in a.option_strings}
+    assert page == wanted, f"only on the page: {sorted(page - wanted)}; only in --help: {sorted(wanted - page)}"
+    import html as html_lib
+
+    text = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+    missing = [h[:60] for _, entries in apiref.option_entries(parser) for _, h in entries if h not in text]
+    assert not missing, f"help texts not on the page: {missing}"

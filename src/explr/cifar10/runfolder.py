@@ -3,13 +3,14 @@ before the folder is used.  :mod:`explr.cifar10.runs` trains into it (and re-exp
 
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 
-    manifest.json    full config, resolved device/precision/threads, data source (name, kind,
-                     sha256), git commit, torch version, status ("running", "finished",
-                     "diverged", "interrupted") and ``checkpoint_sha256``, the sha256 of
-                     checkpoint.pt as last written (the digest of the one being written,
-                     ``checkpoint_sha256_writing``, is recorded before it is written)
+    manifest.json    full config, resolved device/precision/threads, data source (name,
+                     kind, sha256), git commit, torch version, status ("running",
+                     "finished", "diverged", "interrupted") and ``checkpoint_sha256``, the
+                     sha256 of checkpoint.pt as last written (the digest of the one being
+                     written, ``checkpoint_sha256_writing``, is recorded before it is written)
     metrics.jsonl    one JSON object per finished epoch; rewritten atomically
-    checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch (atomic)
+    checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch
+                     (atomic)
     .lock            held (``fcntl.flock``) by the process training the run; holds its pid
 
 Checks.  :func:`check_run` inspects a run folder without writing anything and raises :class:`RunError`

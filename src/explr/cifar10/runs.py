@@ -321,6 +321,7 @@ class RunSummary:
     final: dict | None = None
 
     def as_dict(self) -> dict:
+        """The summary as a JSON-able ``dict``."""
         return asdict(self)
 
     def but(self, **changes) -> "RunSummary":
