@@ -19,7 +19,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import PIL
 
 from .files import remove_stale_leftovers
 from .arrays import CLASSES, HOW_TO_GET, CifarArrays, DataError
@@ -28,9 +27,20 @@ from .arrays import _check_batch_size, _check_cache_folder, _file_hash, _one_lin
 
 __all__ = ["DECODER", "MAX_IMAGE_BYTES", "load_image_folder", "write_image_folder"]
 
-#: the version of the decoding (raise the number when :func:`_decode_tree` or the labels change; Pillow's version
-#: stands for its libjpeg and libpng): a cache made by another decoder is rebuilt.
-DECODER = f"explr image-folder decoder 1, Pillow {PIL.__version__}"
+#: the version of the decoding (raise the number when :func:`_decode_tree` or the labels change): a cache made by
+#: another decoder is rebuilt.  :func:`decoder` adds Pillow's version, which stands for its libjpeg and libpng.
+DECODER = "explr image-folder decoder 1"
+
+
+def decoder() -> str:
+    """:data:`DECODER` and Pillow's installed version, read from its metadata: importing ``explr.cifar10`` must
+    not need Pillow, which only an image-folder source uses."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{DECODER}, Pillow {version('pillow')}"
+    except PackageNotFoundError:
+        return f"{DECODER}, no Pillow"
 
 
 # ----------------------------------------------------------------------------- image-folder trees
@@ -329,7 +339,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
         files = _tree_files(_tree_entries_from_folder(path), path.name)
         key = _tree_digest(files)
     cache = None if cache_dir is None else cache_dir / f"image-folder-{key}.npz"
-    arrays = None if cache is None else _read_cache(cache, key, DECODER, path.name, kind)
+    arrays = None if cache is None else _read_cache(cache, key, decoder(), path.name, kind)
     if arrays is not None:
         _check_batch_size(len(arrays.y_train), batch_size, path.name)
         return arrays
@@ -342,7 +352,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
                          files={path.name: "sha256:" + key})
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
-        _write_cache(cache, arrays, key, DECODER)
+        _write_cache(cache, arrays, key, decoder())
     return arrays
 
 
