@@ -8,6 +8,9 @@ ARGS    ?=
 # One OpenMP thread per process for the chapters and the tests: their tensors are small, and two
 # 2-thread torch processes on a 2-core machine run many times slower than two 1-thread ones.
 export OMP_NUM_THREADS ?= 1
+# `make test` runs pytest on every core this process may use (pytest-xdist workers of one thread each);
+# a committed notebook's cells, and the SLURM tests, share one worker (tests/arithmetic.py).  JOBS=1 for one.
+JOBS    ?= $(shell $(PYTHON) -c "import os; print(max(1, len(os.sched_getaffinity(0))))")
 
 .PHONY: help install lock book test lint browser-check chapter execute unit clean
 
@@ -36,8 +39,7 @@ book: $(STAMP)  ## execute every chapter (again if src/explr changed) and build 
 
 test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answers: .ci/slurm-up), each chapter run small by papermill, nbval over the committed notebooks, browser check
 	@$(MAKE) --no-print-directory lint
-	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=tests/browser
-	@$(MAKE) --no-print-directory browser-check
+	$(PY) -m pytest book tests -n $(JOBS) --nbval-lax --nbval-current-env -p no:cacheprovider
 
 browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
 	$(PY) -m pytest tests/browser -p no:cacheprovider

@@ -54,16 +54,19 @@ RERUN = {
                        "milestones": [5, 9], "extreme_steps": 300, "engine": True},
 }
 
-# One out-of-range value per chapter: the chapter must stop at once with a ValueError naming the parameter.
+# Out-of-range values per chapter, one run each: the chapter must stop at once with a ValueError naming the
+# parameter (the first of each list is the plain case; the rest got past the checks once and failed later).
 INVALID = {
-    "01_scale_invariance": {"batch_size": 1},
-    "02_wd_exp_lr": {"wd": 0.1},
-    "03_multi_phase": {"momentum": 1.0},
-    "04_bn_wd_counterexample": {"eps_frac": 1.5},
-    "05_continuous_time": {"momentum": 1.0},
-    "06_cifar10": {"epochs": 1},
-    "07_using_explr": {"momentum": 1.0},
+    "01_scale_invariance": [{"batch_size": 1}, {"lr": 1e300}],
+    "02_wd_exp_lr": [{"wd": 0.1}],
+    "03_multi_phase": [{"momentum": 1.0}],
+    "04_bn_wd_counterexample": [{"eps_frac": 1.5}, {"batch_size": 1000000000}],
+    "05_continuous_time": [{"momentum": 1.0}],
+    "06_cifar10": [{"epochs": 1}, {"results": "../results/nope"}, {"device": "cuda:abc"},
+                   {"schedules": ["step"]}],  # the last: ablation=True needs "texp" (its error names ablation)
+    "07_using_explr": [{"momentum": 1.0}, {"results": "/nonexistent"}],
 }
+NAMED = {("06_cifar10", "schedules"): "ablation"}  # the parameter the error must name, where not the one set
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
 
@@ -183,13 +186,15 @@ def test_readme_shows_a_rerun_example():
 
 
 @pytest.mark.chapters
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_out_of_range_parameters_stop_with_one_clear_line(chapter, tmp_path):
+@pytest.mark.parametrize("chapter, params", [(ch, p) for ch in CHAPTERS for p in INVALID.get(ch, [{}])],
+                         ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else v)
+def test_out_of_range_parameters_stop_with_one_clear_line(chapter, params, tmp_path):
     from papermill.exceptions import PapermillExecutionError
 
-    assert INVALID.get(chapter), f"add an out-of-range parameter for {chapter} to INVALID in {__file__}"
-    (name, value), = INVALID[chapter].items()
+    assert params, f"add an out-of-range parameter for {chapter} to INVALID in {__file__}"
+    (name, value), = params.items()
     with pytest.raises(PapermillExecutionError) as err:
         run_chapter(chapter, {**SMOKE[chapter], name: value}, tmp_path)
-    assert err.value.ename == "ValueError" and name in err.value.evalue, err.value.evalue
+    named = NAMED.get((chapter, name), name)
+    assert err.value.ename == "ValueError" and err.value.evalue.startswith(f"{named} = "), err.value.evalue
     assert len(err.value.evalue.splitlines()) == 1

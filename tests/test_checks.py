@@ -1,7 +1,7 @@
 """explr.book.checks: one line per claim, the closing table, and the round-off rule of what is shown."""
 import pytest
 
-from explr.book.checks import FLOOR, Checks, bound, shown
+from explr.book.checks import EXACTNESS, Checks, bound, shown
 
 
 def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys):
@@ -23,10 +23,12 @@ def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys)
 
 
 @pytest.mark.parametrize("tolerance, expected", [
-    (1e-9, 1e-10), (1e-12, 1e-13), (8.8e-12, 1e-13), (1e-7, 1e-8), (1e-6, 1e-8), (0.05, 1e-8), (0, 0.0)])
-def test_the_bound_is_a_power_of_ten_a_tenth_of_the_tolerance_or_below_and_at_most_the_floor(tolerance, expected):
+    (1e-9, 1e-10), (1e-12, 1e-13), (8.8e-12, 1e-13), (1e-7, 1e-8), (1e-6, 1e-7), (2e-6, 0.0), (0.05, 0.0),
+    (0, 0.0)])
+def test_the_bound_is_a_power_of_ten_a_tenth_of_an_exactness_tolerance_or_below(tolerance, expected):
     assert bound(tolerance) == pytest.approx(expected, rel=1e-12)
-    assert bound(tolerance) <= min(tolerance / 10, FLOOR)
+    assert bound(tolerance) <= tolerance / 10
+    assert (bound(tolerance) > 0) == (0 < tolerance <= EXACTNESS)
 
 
 def test_values_at_round_off_read_the_same_whatever_their_last_digits():
@@ -34,7 +36,7 @@ def test_values_at_round_off_read_the_same_whatever_their_last_digits():
     for a, b, tolerance in [(5.2e-17, 1.13e-16, 1e-9), (0.0, 2.22e-16, 1e-13), (3.95e-15, 7.49e-15, 1e-10)]:
         assert shown(a, tolerance) == shown(b, tolerance) == f"< {bound(tolerance):.0e}"
     # ... while a quantity of its own keeps its digits, and without a tolerance nothing is bounded
-    assert shown(0.0031, 0.05) == "0.0031"
+    assert shown(0.0031, 0.05) == "0.0031" and shown(0.0, 0.01) == "0"  # a fraction of failed windows is exact
     assert shown(2.3e-14, 1e-12) == "< 1e-13"
     assert shown(3e-13, 1e-12) == "3e-13"  # above the bound: shown, so a too-loose tolerance is visible
     assert shown(1.13e-16) == "1.13e-16"

@@ -7,35 +7,37 @@
 **The round-off rule** (:func:`shown`).  A committed output must read the same on every machine.  A
 float64 deviation far below its tolerance is set by the order of the operations: MKL and ATen choose
 their kernels by CPU (AVX2, AVX-512, ...), and reductions split by thread count, so its digits move from
-machine to machine (measured on this book: 5.2e-17 on one CPU, 1.13e-16 on another).  Such a value is
-shown as a bound instead of its digits:
+machine to machine (measured on this book: 5.2e-17 on one CPU, 1.13e-16 on another).  A claim whose
+tolerance is at most :data:`EXACTNESS` = 1e-6 is a claim of exactness up to round-off (or up to an ODE
+solver's tolerance), and its deviation is shown as a bound instead of its digits:
 
-    measured < B,   B = 10^⌊log10 min(tolerance / 10, FLOOR)⌋,   FLOOR = 1e-8,
+    measured < B,   B = 10^⌊log10(tolerance / 10)⌋,
 
-i.e. a power of ten at least ten times below the tolerance, and never above 1e-8.  The bound is a true
-statement about the value, it shows the claim's margin, and a perturbation of the arithmetic would have to
-grow the value tenfold or more (to the tolerance's tenth) before the text changed.  A value at or above
-``B`` is a quantity of its own (a slope, a ratio, a percentage) and is shown with three significant
-digits.  ``tests/test_roundoff_guard.py`` reruns every chapter with the arithmetic perturbed
-(``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count) and fails on an
-output that moves.
+a power of ten at least ten times below the tolerance.  The bound is a true statement about the value, it
+shows the claim's margin, and a perturbation of the arithmetic would have to grow the value to a tenth of
+the tolerance before the text changed.  A value at or above ``B``, and any value checked against a looser
+tolerance (a slope, a ratio, a fraction of windows that is exactly 0), is a quantity of its own and is
+shown with three significant digits.  ``tests/arithmetic.py`` reruns every chapter with the arithmetic
+perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count),
+and nbval fails on an output that moves.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["Checks", "FLOOR", "bound", "shown"]
+__all__ = ["Checks", "EXACTNESS", "bound", "shown"]
 
-#: the largest value a bound may take: float64 deviations below it are round-off or solver tolerance.
-FLOOR = 1e-8
+#: the largest tolerance of a claim of exactness up to round-off (float64 eps is 2.2e-16; float32's 1.2e-7)
+EXACTNESS = 1e-6
 
 
 def bound(tolerance: float) -> float:
-    """The power of ten below which a deviation checked against ``tolerance`` is shown only as ``< bound``."""
-    if not tolerance > 0:
+    """The power of ten below which a deviation checked against ``tolerance`` is shown only as ``< bound``;
+    0 (no bound) for a tolerance above :data:`EXACTNESS`."""
+    if not 0 < tolerance <= EXACTNESS:
         return 0.0
-    return 10.0 ** math.floor(math.log10(min(tolerance / 10, FLOOR)) + 1e-9)
+    return 10.0 ** math.floor(math.log10(tolerance / 10) + 1e-9)
 
 
 def shown(value, tolerance=None) -> str:

@@ -1,0 +1,97 @@
+"""The round-off guard: every notebook the suite executes runs with its arithmetic perturbed.
+
+A committed output that depends on the last bits of a float passes on the machine that wrote it and fails
+on another CPU (MKL and ATen pick their kernels by CPU; reductions split by thread count).  To fail it here
+instead, the kernels started by nbval (the committed notebooks, whose outputs it compares) and by the
+chapter tests (papermill, whose runs assert the claims) get :data:`PERTURBED` in their environment:
+
+* ``ATEN_CPU_CAPABILITY=default``: ATen's kernels without AVX2/AVX-512 vectorisation;
+* ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility mode, another code path for
+  torch's BLAS (measured here: the last digits of a 300×300 float64 matmul change);
+* ``OPENBLAS_CORETYPE=Sandybridge``: numpy's BLAS with its AVX kernel (any x86-64 CPU of the last decade has
+  AVX; this machine would pick an AVX-512 one);
+* ``OMP_NUM_THREADS=2``: another thread count than ``make execute``'s one (the chapters pin torch to one
+  thread, so this reaches numpy's BLAS and the code before that call).
+
+``tests/test_roundoff_guard.py`` shows that a deliberately fragile output fails under it.  This module is a
+pytest plugin (``-p arithmetic``, from ``addopts``): its hooks apply to ``book/`` as well as ``tests/``.  It
+also tells pytest-xdist which tests must share a worker (:func:`pytest_xdist_make_scheduler`).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import pytest
+
+PERTURBED = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "OPENBLAS_CORETYPE": "Sandybridge",
+    "OMP_NUM_THREADS": "2",
+}
+
+
+@contextmanager
+def perturbed_arithmetic():
+    """``os.environ`` with :data:`PERTURBED` while the block runs (a kernel started there inherits it)."""
+    saved = {name: os.environ.get(name) for name in PERTURBED}
+    os.environ.update(PERTURBED)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _starts_a_kernel(item) -> bool:
+    """An nbval cell of a committed notebook (its file's kernel starts in the first cell's setup), or a
+    chapter test (papermill starts the kernel in the test's call)."""
+    return item.path.suffix == ".ipynb" or item.get_closest_marker("chapters") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if not _starts_a_kernel(item):
+        return (yield)
+    with perturbed_arithmetic():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if not _starts_a_kernel(item):
+        return (yield)
+    with perturbed_arithmetic():
+        return (yield)
+
+
+#: tests that share one thing, so one worker runs them, one after another: the SLURM tests one cluster, the
+#: browser check one build of the book (a session fixture)
+SHARED = ("tests/test_slurm.py", "tests/browser/")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """For ``-n N`` (pytest-xdist, ``--dist load``, its default): every test is a unit of its own, except
+    that the cells of one notebook share a kernel, so they go to one worker, in order, and so do the tests
+    of each of :data:`SHARED`.  Units with more tests go first (xdist's
+    ``loadscopereorder``), so the committed notebooks start at once and the short tests fill in around them.
+
+    (xdist's own ``--dist loadgroup`` does this with a mark, but under pytest 9 it no longer groups: it
+    renames ``item._nodeid``, which ``nodeid`` no longer reads.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebookScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path.endswith(".ipynb"):
+                return path
+            return next((shared for shared in SHARED if path.startswith(shared)), nodeid)
+
+    return NotebookScheduling(config, log)
