@@ -35,9 +35,12 @@ those parameters).  Rescaling needs all other groups to be jointly scale invaria
 :func:`explr.invariance.make_scale_invariant`.
 
 **Composition.**  ``PerStepLR`` writes absolute values.  As a later scheduler of ``SequentialLR`` (after
-a warm-up, say) it is supported: until it starts, the optimizer keeps its own weight decay.  In
-``ChainedScheduler``, or with anything else changing the lr between two of its steps, it raises
-``RuntimeError``: a multiplicative scheduler cannot be combined with absolute values.  A scheduler
+a warm-up, say) it is supported: until it starts, the optimizer keeps its own weight decay.  A
+``ChainedScheduler`` holding it is refused with ``RuntimeError`` when it is built, before any step: a
+multiplicative scheduler cannot be combined with absolute values.  ``PerStepLR`` is necessarily built
+before the chain, so the refusal comes from the one thing ``ChainedScheduler.__init__`` does with its
+schedulers, reading their ``optimizer`` (see :attr:`PerStepLR.optimizer`).  Anything else changing the lr
+between two of its steps is refused at the next step, also with ``RuntimeError``.  A scheduler
 placed *after* it in ``SequentialLR`` would inherit its rescaled units and is not supported.
 
 **Host only.**  The schedule lives on the host in numpy arrays (lr, and wd if it varies: float64, 8 bytes a
@@ -51,17 +54,18 @@ import copy
 import hashlib
 import math
 import numbers
+import sys
 import warnings
 
 import numpy as np
 import torch
-from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
 from .per_step import plain_arrays
 from .schedules import EquivalentSchedule, PlainSchedule
 
-__all__ = ["PerStepLR", "INVARIANT_KEY"]
+__all__ = ["PerStepLR", "INVARIANT_KEY", "max_rescale_above"]
 
 #: Param-group key: ``False`` keeps the group out of the schedule's weight decay and out of rescaling.
 INVARIANT_KEY = "scale_invariant"
@@ -73,6 +77,20 @@ INVARIANCE_TOLERANCE = 1e-3
 #: ``state_dict()``'s keys: the progress, which ``load_state_dict`` restores, then the settings, which it checks.
 _PROGRESS_KEYS = ("last_epoch", "_step_count", "_last_lr", "_own_weight_decay", "log2_rescale", "rescale_count")
 _STATE_KEYS = _PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_above", "base_lrs")
+
+#: why PerStepLR cannot be combined with another scheduler acting at the same steps.
+_COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in a ChainedScheduler or next to manual "
+                "lr changes; use SequentialLR to run schedulers one after another")
+_CHAINED_INIT = ChainedScheduler.__init__.__code__
+
+
+def max_rescale_above(dtype) -> float:
+    """The largest ``rescale_above`` for parameters of ``dtype``: a quarter of its largest value.
+
+    PerStepLR rescales as soon as the lr would exceed ``rescale_above`` (compared in log2, so up to rounding),
+    and a rescaling moves the lr by powers of 4: one rescaling quantum of headroom keeps every played lr below
+    the dtype's largest value (float16: 65504 / 4 = 16376)."""
+    return float(torch.finfo(dtype).max) / 4
 
 
 class PerStepLR(LRScheduler):
@@ -86,7 +104,8 @@ class PerStepLR(LRScheduler):
     :param wd: real number or (steps,) array of weight decays (default 0; omitted with a schedule);
         negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
         ``torch.optim.SGD`` accepts once built.
-    :param rescale_above: optional float > lr[0]; see the module docstring.  Without it, a learning rate that
+    :param rescale_above: optional float in (lr[0], :func:`max_rescale_above` of the parameters' dtype]; see the
+        module docstring.  Without it, a learning rate that
         no longer fits the parameters' dtype raises ``OverflowError`` naming the step.
     :param model: optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
         the scheduler also compares the model's train-mode outputs on the last training input at θ and 2^8·θ
@@ -128,9 +147,14 @@ class PerStepLR(LRScheduler):
                     "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
                     "state, and Adam-type updates are not homogeneous in θ)")
             lr0 = math.ldexp(*self._parts_at(0)[:2])
+            dtype = _smallest_dtype(optimizer)
+            limit = max_rescale_above(dtype) if dtype is not None else math.inf
             if not (isinstance(rescale_above, numbers.Real) and not isinstance(rescale_above, bool)
-                    and math.isfinite(rescale_above) and rescale_above > lr0):
-                raise ValueError(f"rescale_above must be a finite number > lr[0] = {lr0:g}; got {rescale_above!r}")
+                    and math.isfinite(rescale_above) and lr0 < rescale_above <= limit):
+                raise ValueError(
+                    f"rescale_above must be a finite number > lr[0] = {lr0:g} and at most {limit:g}, a quarter of "
+                    f"the largest value of the parameters' dtype ({dtype}: {limit * 4:g}; one rescaling step of "
+                    f"headroom); got {rescale_above!r}")
         # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
         bases = [float(g["initial_lr"] if "initial_lr" in g else g["lr"]) for g in optimizer.param_groups]
         if not bases[0] > 0:
@@ -150,8 +174,8 @@ class PerStepLR(LRScheduler):
             digest.update(np.ascontiguousarray(array))
         self.fingerprint = digest.hexdigest()[:16]
         self._own_weight_decay = [g.get("weight_decay") for g in optimizer.param_groups]
-        self._dtype_max = min((float(torch.finfo(p.dtype).max) for g in optimizer.param_groups
-                               for p in g["params"] if p.is_floating_point()), default=math.inf)
+        dtype = _smallest_dtype(optimizer)
+        self._dtype_max = float(torch.finfo(dtype).max) if dtype is not None else math.inf
         super().__init__(optimizer, last_epoch)
 
     @classmethod
@@ -166,6 +190,19 @@ class PerStepLR(LRScheduler):
         return cls(optimizer, schedule.lr, schedule.wd, **kwargs)
 
     # ------------------------------------------------------------------ position and values
+    @property
+    def optimizer(self):
+        """The optimizer (torch's attribute).  ``ChainedScheduler.__init__`` reads it from every scheduler it chains
+        before it stores them, and nothing else of them: that read is refused (``RuntimeError``), so a chain holding
+        this scheduler is never built (module docstring, *Composition*)."""
+        if sys._getframe(1).f_code is _CHAINED_INIT:
+            raise RuntimeError(f"PerStepLR: {_COMPOSITION}")
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer) -> None:
+        self._optimizer = optimizer
+
     @property
     def steps(self) -> int:
         return len(self._lr)
@@ -188,8 +225,8 @@ class PerStepLR(LRScheduler):
         # SequentialLR "undoes" a later scheduler's initial step by setting last_epoch back to -1: the
         # weight decay written at construction must not leak into the steps before this one starts.
         self._last_epoch = value
-        if value < 0 and hasattr(self, "optimizer"):
-            for group, own, invariant in zip(self.optimizer.param_groups, self._own_weight_decay, self._invariant()):
+        if value < 0 and hasattr(self, "_optimizer"):
+            for group, own, invariant in zip(self._optimizer.param_groups, self._own_weight_decay, self._invariant()):
                 if invariant and own is not None:
                     group["weight_decay"] = own
 
@@ -199,7 +236,7 @@ class PerStepLR(LRScheduler):
         return math.ldexp(1.0, self.log2_rescale)
 
     def _invariant(self) -> list[bool]:
-        return [group.get(INVARIANT_KEY, True) is not False for group in self.optimizer.param_groups]
+        return [group.get(INVARIANT_KEY, True) is not False for group in self._optimizer.param_groups]
 
     def _lrs_at(self, k: int) -> list[float]:
         """Every group's lr at step k: ratio × lr_k × (R for scale-invariant groups)."""
@@ -227,7 +264,7 @@ class PerStepLR(LRScheduler):
     # ------------------------------------------------------------------ stepping
     def _update_lr(self, epoch=None) -> None:
         """One scheduler step (or a jump to ``epoch``, as ``SequentialLR`` does when it switches to this one)."""
-        if (groups := len(self.optimizer.param_groups)) != len(self._ratios):
+        if (groups := len(self._optimizer.param_groups)) != len(self._ratios):
             raise RuntimeError(f"PerStepLR: the optimizer has {groups} param groups, PerStepLR was built for "
                                f"{len(self._ratios)}; build the scheduler after adding every group")
         if epoch is None and self.last_epoch >= 0 and not self._is_initial:
@@ -244,7 +281,7 @@ class PerStepLR(LRScheduler):
         self.last_epoch = k
         _, _, m_wd, e_wd = self._parts_at(position)
         wd = math.ldexp(m_wd, e_wd - self.log2_rescale)
-        for group, lr, invariant in zip(self.optimizer.param_groups, lrs, self._invariant()):
+        for group, lr, invariant in zip(self._optimizer.param_groups, lrs, self._invariant()):
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(lr)
             else:
@@ -252,23 +289,21 @@ class PerStepLR(LRScheduler):
             if invariant:
                 group["weight_decay"] = wd
         self._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
-                         for g in self.optimizer.param_groups]
+                         for g in self._optimizer.param_groups]
         self._written = [(g["lr"], g["lr"]._version) if isinstance(g["lr"], torch.Tensor) else (None, None)
-                         for g in self.optimizer.param_groups]
+                         for g in self._optimizer.param_groups]
 
     def _check_lr_is_ours(self) -> None:
         """Refuse an lr changed since the last step.  A tensor lr that is the one written then, with the same
         version counter (no in-place write since), is not read: the host compares values only after a change."""
         for i, (group, ours, (tensor, version)) in enumerate(
-                zip(self.optimizer.param_groups, self._last_lr, self._written)):
+                zip(self._optimizer.param_groups, self._last_lr, self._written)):
             if group["lr"] is tensor and tensor._version == version:
                 continue
             if float(group["lr"]) != float(ours):
                 raise RuntimeError(
                     f"PerStepLR: the lr of param group {i} was changed to {float(group['lr']):g} since PerStepLR set "
-                    f"it to {float(ours):g}. PerStepLR writes absolute per-step values, so it cannot run in a "
-                    "ChainedScheduler or next to manual lr changes; use SequentialLR to run schedulers one after "
-                    "another")
+                    f"it to {float(ours):g}. {_COMPOSITION}")
 
     def _rescale_if_above(self, k: int) -> None:
         log2_lr = self._log2_lr(k) + self.log2_rescale
@@ -293,7 +328,7 @@ class PerStepLR(LRScheduler):
         for p, invariant in self._parameters():
             if invariant:
                 p.mul_(c)
-                buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
+                buf = self._optimizer.state.get(p, {}).get("momentum_buffer")
                 if buf is not None:
                     buf.div_(c)
         if self.model is not None:
@@ -305,7 +340,7 @@ class PerStepLR(LRScheduler):
 
     def _parameters(self):
         """(p, rescaled?) for every parameter of the optimizer: trainable ones of scale-invariant groups are."""
-        for group, invariant in zip(self.optimizer.param_groups, self._invariant()):
+        for group, invariant in zip(self._optimizer.param_groups, self._invariant()):
             for p in group["params"]:
                 yield p, invariant and p.requires_grad
 
@@ -359,11 +394,16 @@ class PerStepLR(LRScheduler):
                 "lr ratios of the param groups": [base / bases[0] for base in bases]}
 
     def load_state_dict(self, state_dict) -> None:
-        """Restore the position and the rescaling; refuse a state whose settings differ from this scheduler's."""
+        """Restore the position and the rescaling; refuse a state whose settings differ from this scheduler's, or
+        whose progress this scheduler could not have reached (:meth:`_check_state`), with ``ValueError`` before
+        anything is changed."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: a {type(state_dict).__name__}")
         keys, ours = set(state_dict), set(_STATE_KEYS)
         if keys != ours:
             raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {sorted(ours - keys)}, "
                              f"unexpected {sorted(keys - ours)}")
+        self._check_state(state_dict)
         saved, ours = self._trajectory(state_dict), self._trajectory(self.state_dict())
         for name, value in ours.items():
             if saved[name] != value:
@@ -371,11 +411,83 @@ class PerStepLR(LRScheduler):
                     f"PerStepLR.load_state_dict: the saved state has {name} = {saved[name]!r}, this scheduler "
                     f"{value!r}: it belongs to a different schedule or setup; build the scheduler as the saved "
                     "one was built before resuming")
+        self._check_progress(state_dict)
         for key in _PROGRESS_KEYS[1:]:
             setattr(self, key, copy.copy(state_dict[key]))
         self._last_epoch = state_dict["last_epoch"]
         if self._last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
             self._update_lr(self._last_epoch)
+
+    def _check_state(self, state: dict) -> None:
+        """The types of a state's settings, so that comparing them with this scheduler's cannot fail."""
+        _require(state, "steps", _is_int(state["steps"]), "an integer")
+        _require(state, "fingerprint", isinstance(state["fingerprint"], str), "a string")
+        for key in ("momentum", "rescale_above"):
+            _require(state, key, state[key] is None or _is_real(state[key]), "None or a finite number")
+        bases = state["base_lrs"]  # one per param group: their number is compared with this scheduler's next
+        _require(state, "base_lrs", isinstance(bases, (list, tuple)) and len(bases) >= 1
+                 and all(_is_real(b) and b > 0 for b in bases), "a list of finite numbers > 0, one per param group")
+
+    def _check_progress(self, state: dict) -> None:
+        """The progress of a state of this schedule is one this scheduler reaches (module docstring):
+
+        * ``last_epoch`` an integer in [−1, steps], ``_step_count`` and ``rescale_count`` integers ≥ 0;
+        * ``log2_rescale`` an even integer ≤ 0 (0 without ``rescale_above``), at which the played lr of the
+          current step is at most ``rescale_above`` (a higher one would have been rescaled) and at least
+          lr₀/4 · 2^(−2) over the largest lr so far (a rescaling sets the lr into (lr₀/4, lr₀]; one more
+          factor 4 for rounding);
+        * one rescaling at least per factor 4 of ``log2_rescale``, and none if it is 0;
+        * ``_last_lr`` and ``_own_weight_decay``: one number (or, for the latter, None) per param group."""
+        groups, steps = len(self._ratios), self.steps
+        last = state["last_epoch"]
+        _require(state, "last_epoch", _is_int(last) and -1 <= last <= steps, f"an integer in [-1, {steps}]")
+        _require(state, "_step_count", _is_int(state["_step_count"]) and state["_step_count"] >= 0,
+                 "an integer >= 0")
+        _require(state, "_last_lr", isinstance(state["_last_lr"], (list, tuple)) and len(state["_last_lr"]) == groups
+                 and all(_is_real(x) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in state["_last_lr"]),
+                 f"a list of {groups} numbers")
+        _require(state, "_own_weight_decay", isinstance(state["_own_weight_decay"], (list, tuple))
+                 and len(state["_own_weight_decay"]) == groups
+                 and all(x is None or _is_real(x) for x in state["_own_weight_decay"]),
+                 f"a list of {groups} numbers or None")
+        log2 = state["log2_rescale"]
+        _require(state, "log2_rescale", _is_int(log2) and log2 % 2 == 0 and log2 <= 0, "an even integer <= 0")
+        if self.rescale_above is None:
+            _require(state, "log2_rescale", log2 == 0, "0 (this scheduler has no rescale_above)")
+        else:
+            p = min(max(last, 0), steps - 1)
+            exponents = self._exponents[0][:p + 1] if self._exponents is not None else 0
+            highest = float(np.max(np.log2(self._lr[:p + 1]) + exponents))
+            low, high = self._log2_lr(0) - 4 - highest, math.log2(self.rescale_above) - self._log2_lr(p)
+            _require(state, "log2_rescale", low <= log2 and not self._log2_lr(p) + log2 > math.log2(self.rescale_above),
+                     f"an even integer in [{math.ceil(low)}, {math.floor(high)}] at step {p} (where the played lr is "
+                     "between a quarter of lr[0] over the largest lr so far and rescale_above)")
+        count = state["rescale_count"]
+        _require(state, "rescale_count", _is_int(count) and (count == 0 if log2 == 0 else 1 <= count <= -log2 // 2),
+                 "0 with log2_rescale 0" if log2 == 0 else f"an integer in [1, {-log2 // 2}] with log2_rescale {log2}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _require(state: dict, key: str, ok: bool, rule: str) -> None:
+    """``ValueError`` naming ``key``, its value (shortened to one line) and ``rule`` unless ``ok``."""
+    if not ok:
+        shown = " ".join(repr(state[key]).split())
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ValueError(f"PerStepLR.load_state_dict: {key} = {shown} must be {rule}; the state was not written by "
+                         "this scheduler (hand-edited?)")
+
+
+def _smallest_dtype(optimizer):
+    """The floating dtype of the optimizer's parameters with the smallest largest value (``None``: none)."""
+    dtypes = {p.dtype for g in optimizer.param_groups for p in g["params"] if p.is_floating_point()}
+    return min(dtypes, key=lambda d: torch.finfo(d).max, default=None)
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:
