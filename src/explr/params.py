@@ -75,7 +75,11 @@ class Int:
 
     def rule(self) -> str:
         if self.modulo:
-            return f"{self.modulo[0]}n + {self.modulo[1]} with n >= 1{self.note}"
+            m, r = self.modulo
+            n_min = -(-(self.minimum - r) // m)  # the smallest n with m n + r >= minimum
+            if self.maximum is not None:
+                return f"{m}n + {r} with n in [{n_min}, {(self.maximum - r) // m}]{self.note}"
+            return f"{m}n + {r} with n >= {n_min}{self.note}"
         if self.maximum is not None:
             return f"an integer in [{self.minimum}, {self.maximum}]{self.note}"
         return f"an integer >= {self.minimum}{self.note}"

@@ -25,7 +25,7 @@ import os
 import sys
 
 from ..params import Int
-from .config import add_config_arguments, argument_type, configs_from_args
+from .config import FOLDER, add_config_arguments, argument_type, configs_from_args
 from .runfolder import MANIFEST, run_dir
 from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
 from .sweep import EXIT_DIVERGED, EXIT_LOCKED, check_launcher, run_many, submit
@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_arguments(p)
     g = p.add_argument_group("sweep")
-    g.add_argument("--out", default="runs/cifar10", help="output folder; each run goes to OUT/<schedule>/seed<seed>")
+    g.add_argument("--out", default="runs/cifar10", type=argument_type("out", FOLDER),
+                   help="output folder; each run goes to OUT/<schedule>/seed<seed>")
     g.add_argument("--resume", action="store_true",
                    help="continue interrupted runs from their checkpoints, skip finished ones, start missing ones "
                         "(without it an existing run folder is an error)")
@@ -90,14 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("cluster (--launcher submitit)")
     g.add_argument("--launcher", choices=("local", "submitit"), default="local",
                    help="local: train here (--jobs at a time); submitit: one job per run through submitit")
-    g.add_argument("--cluster", choices=("slurm", "local"), default="slurm",
-                   help="submitit's executor: slurm, or local (subprocesses of this machine, for tests)")
+    g.add_argument("--cluster", choices=("slurm", "local"), default=None,
+                   help="submitit's executor: slurm, or local (subprocesses of this machine, for tests); None: slurm")
     g.add_argument("--partition", default=None, help="SLURM partition")
     g.add_argument("--account", default=None, help="SLURM account")
     g.add_argument("--gpus-per-run", type=_count, default=0, help="GPUs per job")
     g.add_argument("--cpus-per-run", type=_positive, default=None, help="CPUs per job (None: the cluster's default)")
-    g.add_argument("--time", type=_positive, default=60, help="time limit per job in minutes (preempted or timed-out "
-                   "jobs are requeued and resume from their last checkpoint)")
+    g.add_argument("--time", type=_positive, default=None, help="time limit per job in minutes (preempted or timed-out "
+                   "jobs are requeued and resume from their last checkpoint); None: 60")
     g.add_argument("--no-wait", dest="wait", action="store_false",
                    help="return after submitting (print the job ids); by default wait for every job")
     return p
@@ -115,11 +116,12 @@ def main(argv=None) -> int:
         try:
             check_launcher(args.launcher, jobs=args.jobs, cluster=args.cluster, partition=args.partition,
                            account=args.account, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                           wait=args.wait)
+                           wait=args.wait, timeout_min=args.time)
             if args.launcher == "submitit":
-                results = submit(configs, args.out, cluster=args.cluster, resume=args.resume, wait=args.wait,
-                                 timeout_min=args.time, gpus_per_run=args.gpus_per_run, partition=args.partition,
-                                 account=args.account, cpus_per_run=args.cpus_per_run)
+                given = {k: v for k, v in (("cluster", args.cluster), ("timeout_min", args.time)) if v is not None}
+                results = submit(configs, args.out, resume=args.resume, wait=args.wait, gpus_per_run=args.gpus_per_run,
+                                 partition=args.partition, account=args.account, cpus_per_run=args.cpus_per_run,
+                                 **given)  # submit's defaults where not given
             else:
                 results = run_many(configs, args.out, jobs=args.jobs, resume=args.resume, progress=args.progress)
         except ValueError as err:  # settings, device, data, run folders: nothing was written

@@ -28,10 +28,13 @@ __all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
 
 
 # ----------------------------------------------------------------------------- a cluster, through submitit
-def check_launcher(launcher: str, *, jobs: int = 1, cluster: str = "slurm", partition: str | None = None,
+def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
-                   wait: bool = True) -> None:
-    """Refuse, in one ``ValueError`` line, options that the chosen launcher would silently ignore."""
+                   wait: bool = True, timeout_min: int | None = None) -> None:
+    """Refuse, in one ``ValueError`` line, options that the chosen launcher would silently ignore.
+
+    ``cluster`` and ``timeout_min`` are ``None`` where they were not given (submitit's run with slurm and
+    60 minutes then); given with ``launcher="local"``, like ``partition`` or ``wait=False``, they are refused."""
     if launcher == "submitit":
         if jobs != 1:
             raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, "
@@ -39,8 +42,9 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str = "slurm", part
         if cluster == "local" and (partition or account):
             raise ValueError("--partition and --account are SLURM's: they mean nothing with --cluster local")
         return
-    given = [flag for flag, value in (("--partition", partition), ("--account", account),
-                                      ("--gpus-per-run", gpus_per_run), ("--cpus-per-run", cpus_per_run),
+    given = [flag for flag, value in (("--cluster", cluster is not None), ("--partition", partition),
+                                      ("--account", account), ("--gpus-per-run", gpus_per_run),
+                                      ("--cpus-per-run", cpus_per_run), ("--time", timeout_min is not None),
                                       ("--no-wait", not wait)) if value]
     if given:
         raise ValueError(f"{', '.join(given)} only apply to --launcher submitit (this sweep trains here)")

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import torch
+
+from ..lr_scheduler import max_rescale_above
 from ..params import Choice, Flag, Float, Int, Text
 from ..schedules import CORRECTIONS, PlainSchedule, Schedule, cosine, step_decay, texp, texp_minus_minus
 from . import hardware
@@ -42,6 +45,11 @@ __all__ = [
     "RESCALE_ABOVE_MAX",
     "MAX_EPOCHS",
     "MAX_SEED",
+    "MAX_DEPTH",
+    "MAX_THREADS",
+    "MAX_DEVICE_INDEX",
+    "BN_EPS_MAX",
+    "FOLDER",
     "SCHEDULE_BYTES_PER_STEP",
     "TRAJECTORY_KEYS",
     "RESOLVED_KEYS",
@@ -67,13 +75,29 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 #: float32's smallest normal and largest value: every lr the optimizer plays stays in between (the weights
 #: are float32 under fp32 and bf16; below LR_MIN an lr has lost precision and underflows against them).
 LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-#: the largest ``rescale_above``.  :class:`~explr.lr_scheduler.PerStepLR` rescales as soon as the optimizer's
-#: lr would exceed ``rescale_above`` (compared in log2, so up to rounding), and a rescaling moves the lr by
-#: powers of 4: a headroom of one rescaling quantum, 4, keeps every played lr below float32's maximum.
-RESCALE_ABOVE_MAX = LR_MAX / 4
+#: the largest ``rescale_above``: float32's largest value / 4, the bound that
+#: :class:`~explr.lr_scheduler.PerStepLR` sets for float32 weights (:func:`~explr.lr_scheduler.max_rescale_above`).
+RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
 MAX_EPOCHS = 100_000
 #: what ``torch.manual_seed`` accepts at most (it refuses 2**64).
 MAX_SEED = 2**64 - 1
+#: the deepest PreResNet: 6n + 2 with n = 200, He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet
+#: trained in the literature (19.4M parameters).  Building and training cost grow linearly with the depth, and far
+#: deeper ones only run out of memory after minutes (6,000,002: a MemoryError after 90 s) or never finish building.
+MAX_DEPTH = 1202
+#: the most CPU threads a run may ask for: more than the hardware threads of any one machine today (two 192-core
+#: CPUs with SMT have 768), and ``torch.set_num_threads`` takes a C int.  Beyond the CPUs this process may use
+#: (:func:`hardware.available_cpus`) threads only wait for one another.
+MAX_THREADS = 1024
+#: the largest N of ``cuda:N``: torch keeps a device index in 8 bits (``torch.device("cuda:128")`` is cuda:-128).
+MAX_DEVICE_INDEX = 127
+#: the largest BatchNorm epsilon.  eps is added to each channel's batch variance, which BN divides out: it is a
+#: small stabiliser (torch's default 1e-5).  At 0.1 it already damps a channel of unit variance by 5 % (1/sqrt(1.1))
+#: and breaks the scale invariance of the network in proportion; large values make BN's outputs constant (1e39
+#: once trained a network whose loss stayed at ln 10).
+BN_EPS_MAX = 0.1
+#: the rule of a folder setting (``--data-root``, the CLI's ``--out``).
+FOLDER = Text("a folder")
 #: bytes per step of building and playing a schedule, at its peak (measured: 186 for step, 120 for texp).
 SCHEDULE_BYTES_PER_STEP = 256
 
@@ -83,11 +107,15 @@ SCHEDULE_BYTES_PER_STEP = 256
 class Device:
     """A device name the engine trains on; whether it is available here is :func:`hardware.resolve_device`'s check."""
 
+    index = Int(0, maximum=MAX_DEVICE_INDEX)
+
     def rule(self) -> str:
-        return "one of auto, cpu, cuda, cuda:N, mps"
+        return f"one of auto, cpu, cuda, cuda:N with N in [0, {self.index.maximum}], mps"
 
     def ok(self, v) -> bool:
-        return isinstance(v, str) and (v in DEVICES or re.fullmatch(r"cuda:[0-9]+", v) is not None)
+        if not isinstance(v, str):
+            return False
+        return v in DEVICES or (re.fullmatch(r"cuda:[0-9]+", v) is not None and self.index.ok(int(v[5:])))
 
     def parse(self, text: str):
         return text
@@ -146,7 +174,9 @@ class TrainConfig:
                         "range", Float(LR_MIN, LR_MAX, lo_open=False, hi_open=False, note=" (float32's normal range)"),
                         "optimisation", trajectory=True)
     wd: float = setting(5e-4, "weight decay lambda (the exponential schedules build their growth rate from it and "
-                        "train without it)", Float(0, lo_open=False), "optimisation", trajectory=True)
+                        "train without it); at most float32's largest value, as the optimizer holds it in float32",
+                        Float(0, LR_MAX, lo_open=False, hi_open=False, note=" (float32's range)"), "optimisation",
+                        trajectory=True)
     momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation",
                               trajectory=True)
     batch_size: int = setting(128, "training batch size (each epoch uses n_train // batch-size full batches)",
@@ -164,12 +194,15 @@ class TrainConfig:
         "(c theta, v/c, c^2 lr), the same network, so float32/bf16 never overflow; must exceed the schedule's "
         "first lr", Float(0, RESCALE_ABOVE_MAX, hi_open=False, note=" (at most float32's largest value / 4)"),
         "optimisation", trajectory=True)
-    depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...)", Int(8, (6, 2), note=" (20, 32, 56, ...)"), "model",
-                         trajectory=True)
+    depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...); at most 1202, He et al.'s deepest CIFAR ResNet",
+                         Int(8, (6, 2), note=" (20, 32, 56, ..., 1202)", maximum=MAX_DEPTH), "model", trajectory=True)
     invariant: bool = setting(True, "scale-invariant mode of the paper: BN scale/bias and the last linear layer "
                               "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model",
                               trajectory=True)
-    bn_eps: float = setting(1e-5, "BatchNorm epsilon", Float(0), "model", trajectory=True)
+    bn_eps: float = setting(1e-5, "BatchNorm epsilon, a small stabiliser added to each channel's batch variance: at "
+                            "most 0.1, which already damps a unit-variance channel by 5%% and breaks the scale "
+                            "invariance in proportion (larger values make the outputs constant)",
+                            Float(0, BN_EPS_MAX, hi_open=False), "model", trajectory=True)
     augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data",
                             trajectory=True)
     data: str = setting("auto", "'auto' (download CIFAR-10 into --data-root, md5-checked), 'synthetic' (small "
@@ -178,7 +211,7 @@ class TrainConfig:
                         ".tar/.tar.gz/.tgz of one (its data sha256 must match on resume)",
                         Text("a data source"), "data")
     data_root: str = setting("data", "download/extract folder for --data auto; decoded image folders are cached "
-                             "in DATA_ROOT/cache", Text("a folder"), "data")
+                             "in DATA_ROOT/cache", FOLDER, "data")
     device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N or mps", Device(),
                           "hardware", trajectory="resolved")
     precision: str = setting("auto", "fp32; bf16 = torch.autocast bfloat16 (fp32 weights); fp64; auto = bf16 on "
@@ -188,7 +221,8 @@ class TrainConfig:
     compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware")
     threads: int | None = setting(
         None, "torch CPU threads (default: the CPUs this process may use, by affinity and cgroup quota, minus one "
-        "left for everything else; 1 per run on a GPU); results on a CPU depend on it", Int(1), "hardware",
+        "left for everything else; 1 per run on a GPU); results on a CPU depend on it; at most 1024, more than "
+        "any one machine has", Int(1, maximum=MAX_THREADS), "hardware",
         trajectory="resolved", optional=True)
     eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware")
     log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware")
