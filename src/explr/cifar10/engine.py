@@ -10,12 +10,20 @@ host only every ``log_every`` steps and at the end of an epoch.  At those syncs 
 diverged (:class:`TrainingDiverged`) when its mean training loss is not finite or exceeds
 :data:`EXPLODED` × the mean loss of its first ``log_every`` steps; after each epoch, also when the
 weights are not finite.
+
+A checkpoint holds :meth:`Trainer.state_dict` and the run's progress (:mod:`explr.cifar10.runs`).
+:func:`check_checkpoint` and :func:`check_progress` check every field of it that a resume reads, beyond the
+shapes of the model's and optimizer's tensors (:mod:`explr.cifar10.runfolder`), and :func:`check_metrics_file`
+a finished run's metrics against it; each refusal is one :class:`~explr.cifar10.lock.RunError` line naming the
+file, raised before anything is written.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,11 +32,14 @@ import torch.nn.functional as F
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
+from ..params import Float, Text
 from .config import TrainConfig, played_schedule, rescale_limit
 from .data import CifarArrays, DeviceData, EpochPlan
 from .hardware import resolve_device, resolve_precision
+from .lock import RunError
 
-__all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged"]
+__all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged", "check_checkpoint", "check_metrics_file",
+           "check_progress", "param_dtype"]
 
 #: a finite mean training loss above EXPLODED × the initial one counts as diverged.
 EXPLODED = 100.0
@@ -74,7 +85,7 @@ class Trainer:
         self.config = c = config
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = resolve_precision(c.precision, self.device)
-        dtype = torch.float64 if self.precision == "fp64" else torch.float32
+        dtype = param_dtype(self.precision)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
@@ -222,3 +233,91 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.initial_loss = state.get("initial_loss")
+
+
+def param_dtype(precision: str) -> torch.dtype:
+    """The dtype of the weights under a resolved ``precision``: float64 for fp64, float32 otherwise (bf16 autocasts
+    the computation, not the weights)."""
+    return torch.float64 if precision == "fp64" else torch.float32
+
+
+# ----------------------------------------------------------------------------- what a resume reads of a checkpoint
+#: the rules of the checkpoint's own fields (the settings are compared with the run's by runfolder.check_run)
+_SAVED = {"data_sha256": Text("the data's sha256 (a string)"), "elapsed": Float(0, lo_open=False),
+          "initial_loss": Float(0, lo_open=False)}
+#: the numbers of a metrics row that a resume shows and reports (the progress bar, the manifest's "final")
+_SHOWN = {"train_loss": Float(0, lo_open=False), "train_acc": Float(0, 1, lo_open=False, hi_open=False),
+          "test_loss": Float(0, lo_open=False), "test_acc": Float(0, 1, lo_open=False, hi_open=False)}
+
+
+def _refuse(path, what: str):
+    return RunError(f"{path} {what} (hand-edited?); restore it, or delete the folder {path.parent} to train this run "
+                    "again from the start")
+
+
+def _shown(value) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_checkpoint(saved: dict, path) -> None:
+    """The fields of the checkpoint at ``path`` that a resume reads and that need no run to check: ``data_sha256``
+    (a string), ``elapsed`` (seconds >= 0, if present), ``initial_loss`` (None or a finite loss >= 0, if present),
+    ``resolved`` (None or a dict, if present) and the metrics rows: the JSON objects that :meth:`Trainer.epoch_metrics`
+    makes, of epochs 1, 2, ... in order, holding only numbers or null, with finite losses and accuracies.
+    Anything else is a :class:`RunError` naming ``path``."""
+    path = Path(path)
+    for key, rule in _SAVED.items():
+        if key in saved and not (key == "initial_loss" and saved[key] is None) and not rule.ok(saved[key]):
+            raise _refuse(path, f"holds {key} = {_shown(saved[key])}, not {rule.rule()}")
+    if saved.get("resolved") is not None and not isinstance(saved["resolved"], dict):
+        raise _refuse(path, f"holds resolved = {_shown(saved['resolved'])}, not a dict of settings")
+    for number, row in enumerate(saved["metrics"], 1):
+        where = f"holds a metrics row {number} = {_shown(row)}"
+        if not isinstance(row, dict):
+            raise _refuse(path, f"{where}, not a JSON object")
+        bad = next((k for k, v in row.items() if not isinstance(k, str) or isinstance(v, bool)
+                    or not (v is None or isinstance(v, (int, float)))), None)
+        if bad is not None:
+            raise _refuse(path, f"holds a metrics row {number} whose {_shown(bad)} = {_shown(row[bad])} is not a number "
+                          "or null")
+        if row.get("epoch") != number or isinstance(row.get("epoch"), bool):
+            raise _refuse(path, f"holds a metrics row {number} of epoch {_shown(row.get('epoch'))}, not of epoch {number}")
+        for key, rule in _SHOWN.items():
+            if not rule.ok(row.get(key)):
+                raise _refuse(path, f"holds a metrics row {number} whose {key} = {_shown(row.get(key))} is not "
+                              f"{rule.rule()}")
+
+
+def check_progress(saved: dict, config: TrainConfig, steps_per_epoch: int, precision: str, path) -> None:
+    """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
+    is one that ``config``'s scheduler loads (:meth:`PerStepLR.load_state_dict`'s checks, played into a stand-in
+    optimizer of the run's weight dtype) at the checkpoint's epoch: ``last_epoch`` = epoch × ``steps_per_epoch``.
+    Otherwise a :class:`RunError` naming ``path``."""
+    path = Path(path)
+    state = saved["scheduler"]
+    schedule = played_schedule(config, steps_per_epoch)
+    weight = torch.zeros(1, dtype=param_dtype(precision), requires_grad=True)
+    stand_in = torch.optim.SGD([weight], lr=float(np.exp(schedule.log_lr[0])), momentum=config.momentum)
+    try:
+        PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config)).load_state_dict(state)
+    except (ValueError, TypeError, OverflowError) as err:
+        reason = " ".join(str(err).split())[:200]
+        raise _refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None
+    steps = saved["epoch"] * steps_per_epoch
+    if state["last_epoch"] != steps:
+        raise _refuse(path, f"holds a scheduler at step last_epoch = {state['last_epoch']}, not at the {steps} steps of "
+                      f"its {saved['epoch']} epochs")
+
+
+def check_metrics_file(rows: list, saved: dict, path, checkpoint) -> None:
+    """The rows of a finished run's metrics file at ``path`` must be those of its ``checkpoint`` (``saved``), or the
+    first of them (a process killed between the last checkpoint and its metrics:
+    :func:`~explr.cifar10.runs.train_run` rewrites them from the checkpoint); other rows (a duplicated or edited
+    line) are a :class:`RunError` naming both files."""
+    rows, expected = [json.dumps(r) for r in rows], [json.dumps(r) for r in saved["metrics"]]  # as written (NaN = NaN)
+    if rows != expected[:len(rows)]:
+        first = next((i for i, (a, b) in enumerate(zip(rows, expected)) if a != b), len(expected))
+        raise RunError(f"{path} is not the {len(expected)} metrics rows of {checkpoint} (its row {first + 1} of "
+                       f"{len(rows)} differs: hand-edited?); delete it and rerun with --resume: it is rewritten from "
+                       "the checkpoint")

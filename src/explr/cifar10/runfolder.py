@@ -49,6 +49,7 @@ from ..models import PreResNet
 from . import files
 from .config import TRAJECTORY_KEYS, TrainConfig
 from .data import CifarArrays
+from .engine import check_checkpoint, check_metrics_file, check_progress
 from .hardware import resolve_device, resolve_precision, resolve_threads
 from .lock import LOCK, DiskFull, RunError, RunLock, RunLocked, Terminated, _disk_full, _locked_message, exit_code
 from .lock import handle_signals, lock_holder, lock_is_a_link, signal_name
@@ -385,6 +386,7 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
     if not ckpt.exists():
         return RunCheck("new", note=note)
     saved = load_checkpoint(folder, saved_manifest)
+    check_checkpoint(saved, ckpt)
     diff = _settings_mismatch(saved["config"], config)
     diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
     if diff:
@@ -394,9 +396,10 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
                        f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
     _check_epoch(saved, config, ckpt)
     _check_states(saved, config, ckpt)
+    check_progress(saved, config, len(arrays.y_train) // config.batch_size, resolved["precision"], ckpt)
     done = saved["epoch"]
-    if done >= config.epochs and metrics.exists():
-        read_metrics(metrics)  # a finished run's metrics must parse (an unfinished run's are rewritten)
+    if done >= config.epochs and metrics.exists():  # a finished run's metrics (an unfinished run's are rewritten)
+        check_metrics_file(read_metrics(metrics), saved, metrics, ckpt)
     return RunCheck("finished" if done >= config.epochs else "resume", done, note)
 
 

@@ -196,10 +196,12 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a deleted metrics.jsonl is rewritten from it."""
+    """A finished run as its checkpoint holds it; a deleted metrics.jsonl is rewritten from it, and so is one that
+    holds only its first rows (killed between the last checkpoint and its metrics; ``check_run`` refused any other
+    difference)."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = load_checkpoint(out, manifest)
-    if not (out / METRICS).exists():
+    if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
         _write_metrics(out / METRICS, saved["metrics"])
     return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
 
