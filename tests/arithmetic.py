@@ -74,7 +74,7 @@ def pytest_runtest_call(item):
 SHARED = ("tests/test_slurm.py", "tests/browser/")
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
     """For ``-n N`` (pytest-xdist, ``--dist load``, its default): every test is a unit of its own, except
     that the cells of one notebook share a kernel, so they go to one worker, in order, and so do the tests

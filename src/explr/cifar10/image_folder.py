@@ -28,7 +28,7 @@ from .arrays import _check_batch_size, _check_cache_folder, _file_hash, _one_lin
 __all__ = ["DECODER", "MAX_IMAGE_BYTES", "load_image_folder", "write_image_folder"]
 
 #: the version of the decoding (raise the number when :func:`_decode_tree` or the labels change): a cache made by
-#: another decoder is rebuilt.  :func:`decoder` adds Pillow's version, which stands for its libjpeg and libpng.
+#: another decoder is rebuilt.  ``decoder()`` adds Pillow's version, which stands for its libjpeg and libpng.
 DECODER = "explr image-folder decoder 1"
 
 
