@@ -39,7 +39,7 @@ book: $(STAMP)  ## execute every chapter (again if src/explr changed) and build 
 
 test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answers: .ci/slurm-up), each chapter run small by papermill, nbval over the committed notebooks, browser check
 	@$(MAKE) --no-print-directory lint
-	$(PY) -m pytest book tests -n $(JOBS) --nbval-lax --nbval-current-env -p no:cacheprovider
+	$(PY) -m pytest book tests -n $(JOBS) --nbval-lax --nbval-current-env -p no:cacheprovider --durations=25
 
 browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
 	$(PY) -m pytest tests/browser -p no:cacheprovider
