@@ -54,19 +54,14 @@ def _starts_a_kernel(item) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
+def _perturbed_if_it_starts_a_kernel(item):
     if not _starts_a_kernel(item):
         return (yield)
     with perturbed_arithmetic():
         return (yield)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    if not _starts_a_kernel(item):
-        return (yield)
-    with perturbed_arithmetic():
-        return (yield)
+pytest_runtest_setup = pytest_runtest_call = _perturbed_if_it_starts_a_kernel
 
 
 #: tests that share one thing, so one worker runs them, one after another: the SLURM tests one cluster, the

@@ -4,6 +4,13 @@
     arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
     npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 """
+import hashlib
+import json
+import signal
+from contextlib import contextmanager
+
+import torch
+
 from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.data import make_synthetic, write_npz
 from explr.cifar10.runs import TIMING_KEYS
@@ -34,3 +41,29 @@ def alive(pid):
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def edit_checkpoint(run, edit):
+    """``edit(saved)`` on the run's checkpoint, recording its new sha256 in the manifest (a careful hand edit)."""
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)
+    edit(saved)
+    torch.save(saved, run / "checkpoint.pt")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(checkpoint_sha256=hashlib.sha256((run / "checkpoint.pt").read_bytes()).hexdigest(),
+                    checkpoint_sha256_writing=None)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+@contextmanager
+def deadline(seconds):
+    """Fail (TimeoutError) instead of hanging if the block blocks for ``seconds``, as opening a FIFO does."""
+    def expired(signum, frame):
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -8,8 +8,6 @@ its parameters' dtype cannot hold, before any step runs.
 
 PreResNet8 on 192 generated images, batch 32 (6 steps per epoch), in-process calls of ``main(argv)``.
 """
-import hashlib
-import json
 
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ from explr.cifar10.config import TrainConfig
 from explr.cifar10.runs import load_runs, train_run
 from explr.schedules import step_decay, texp
 
-from cifar10_helpers import CLI_TINY, TINY, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, TINY, edit_checkpoint, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -87,17 +85,6 @@ def test_the_largest_values_in_range_are_accepted(npz, tmp_path):
 
 
 # ----------------------------------------------------------------------------- 14, 15: checkpoints and metrics
-def _edit_checkpoint(run, edit):
-    """``edit(saved)`` on the run's checkpoint, its new sha256 recorded in the manifest (a careful hand edit)."""
-    saved = torch.load(run / "checkpoint.pt", weights_only=True)
-    edit(saved)
-    torch.save(saved, run / "checkpoint.pt")
-    manifest = json.loads((run / "manifest.json").read_text())
-    manifest.update(checkpoint_sha256=hashlib.sha256((run / "checkpoint.pt").read_bytes()).hexdigest(),
-                    checkpoint_sha256_writing=None)
-    (run / "manifest.json").write_text(json.dumps(manifest))
-
-
 def _set(*keys, value):
     def edit(saved):
         target = saved
@@ -132,7 +119,7 @@ def test_every_field_of_a_crafted_checkpoint_that_resume_reads_is_checked(edit, 
     out = tmp_path / "out"
     run = out / "texp" / "seed0"
     train_run(config, run, arrays, progress=False, stop_after=1)
-    _edit_checkpoint(run, edit)
+    edit_checkpoint(run, edit)
     before = files_of(run)
     refused(["--data", npz, "--out", str(out), *CLI_TINY, "--epochs", "2", "--schedule", "texp", "--resume"], capsys,
             str(run / "checkpoint.pt"), words)

@@ -18,7 +18,7 @@ from explr.cifar10.config import TrainConfig
 from explr.cifar10.data import make_synthetic, write_image_folder
 from explr.cifar10.runs import RunError, RunLock, exit_code, handle_signals, load_runs, train_run
 
-from cifar10_helpers import CLI_TINY, TINY, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, TINY, deadline, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -140,21 +140,11 @@ def replace_by(path, what):
         os.mkfifo(path)
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture()
 def no_hang():
     """Fail (instead of hanging) if the test blocks for 60 s, as opening a FIFO for reading does."""
-    def alarm(signum, frame):
-        raise Hung("blocked for 60 s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with deadline(60):
+        yield
 
 
 @pytest.mark.parametrize("edit, match", [

@@ -6,7 +6,6 @@ import errno
 import io
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from PIL import Image
 from explr.cifar10 import image_folder as image_folder_module
 from explr.cifar10.data import CLASSES, NPZ_KEYS, DataError, arrays_sha256, load_cifar10, load_image_folder
 from explr.cifar10.data import make_synthetic, write_image_folder
+
+from cifar10_helpers import deadline
 
 
 @pytest.fixture(autouse=True)
@@ -157,17 +158,11 @@ def test_cli_trains_on_a_tarball_and_records_it_by_name(tmp_path, small):
 
 
 # ----------------------------------------------------------------------------- hostile trees and archives (issue 23)
-@pytest.fixture()
-def deadline():
+@pytest.fixture(name="deadline")
+def five_seconds():
     """Fail a test that blocks (a FIFO read) after 5 s instead of hanging the suite."""
-    def expired(signum, frame):
-        raise TimeoutError("blocked for 5 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(5)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with deadline(5):
+        yield
 
 
 def _tar(path, tree, extra=()):
@@ -294,12 +289,18 @@ def test_duplicate_tar_members_are_one_line_naming_the_member(tree, tmp_path):
         load_image_folder(src, cache_dir=None, progress=False)
 
 
-def test_a_truncated_cache_is_rebuilt_with_a_notice(tmp_path, small, capsys):
-    """Item 16: a truncated cache .npz raised BadZipFile on every later run."""
+def decoded_once(tmp_path, small):
+    """``small`` as the archive ``c.tar.gz``, loaded once: (archive, cache folder, arrays, the cache's .npz)."""
     src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
     cache = tmp_path / "cache"
     first = load_image_folder(src, cache_dir=cache, progress=False)
     (npz,) = cache.glob("image-folder-*.npz")
+    return src, cache, first, npz
+
+
+def test_a_truncated_cache_is_rebuilt_with_a_notice(tmp_path, small, capsys):
+    """Item 16: a truncated cache .npz raised BadZipFile on every later run."""
+    src, cache, first, npz = decoded_once(tmp_path, small)
     npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
     assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
     assert "truncated or damaged" in capsys.readouterr().err
@@ -309,10 +310,7 @@ def test_a_truncated_cache_is_rebuilt_with_a_notice(tmp_path, small, capsys):
 
 def test_a_cache_holding_other_arrays_is_rebuilt_with_a_notice(tmp_path, small, capsys):
     """Item 16: a cache replaced by other valid arrays was used silently (n_train 320 instead of 201)."""
-    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
-    cache = tmp_path / "cache"
-    load_image_folder(src, cache_dir=cache, progress=False)
-    (npz,) = cache.glob("image-folder-*.npz")
+    src, cache, _, npz = decoded_once(tmp_path, small)
     other = make_synthetic(n_train=32, n_test=10, seed=9)
     np.savez(npz, **{k: getattr(other, k) for k in ("x_train", "y_train", "x_test", "y_test")})
     assert len(load_image_folder(src, cache_dir=cache, progress=False).y_train) == 40
@@ -332,10 +330,7 @@ def _forge(npz, x_train):
 def test_a_forged_cache_with_recomputed_checksums_is_rebuilt(tmp_path, small, capsys):
     """Defect 3: a cache whose arrays were replaced and whose arrays_sha256 was recomputed was trained on silently,
     the manifest still naming the archive's sha256."""
-    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
-    cache = tmp_path / "cache"
-    first = load_image_folder(src, cache_dir=cache, progress=False)
-    (npz,) = cache.glob("image-folder-*.npz")
+    src, cache, first, npz = decoded_once(tmp_path, small)
     _forge(npz, 255 - first.x_train)
     again = load_image_folder(src, cache_dir=cache, progress=False)
     np.testing.assert_array_equal(again.x_train, first.x_train)

@@ -5,7 +5,6 @@ PreResNet8 on 192 generated images, batch 32 (6 steps per epoch): seconds per ru
 signal tests run the CLI as a subprocess and interrupt it after its first epoch.
 """
 import errno
-import hashlib
 import json
 import os
 import struct
@@ -28,7 +27,7 @@ from explr.cifar10.engine import TrainingDiverged
 from explr.cifar10.runs import RunError, RunLock, RunLocked, load_runs, read_metrics, train_run
 from explr.models import PreResNet
 
-from cifar10_helpers import CLI_TINY, TINY, alive, reproducible, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, TINY, alive, edit_checkpoint, reproducible, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -48,17 +47,6 @@ def fails_in_one_line(argv, capsys, match):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert match in err, err
     return err
-
-
-def edit_checkpoint(run, edit):
-    """``edit(saved)`` on the run's checkpoint, recording its new sha256 in the manifest (a careful hand edit)."""
-    saved = torch.load(run / "checkpoint.pt", weights_only=True)
-    edit(saved)
-    torch.save(saved, run / "checkpoint.pt")
-    manifest = json.loads((run / "manifest.json").read_text())
-    manifest.update(checkpoint_sha256=hashlib.sha256((run / "checkpoint.pt").read_bytes()).hexdigest(),
-                    checkpoint_sha256_writing=None)
-    (run / "manifest.json").write_text(json.dumps(manifest))
 
 
 def flip_a_tensor_byte(path):
