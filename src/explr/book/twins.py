@@ -1,0 +1,347 @@
+"""The exact-twin test on a real network: Step Decay + WD ≡ TEXP and Cosine + WD ≡ Cosine-TEXP, logit for logit.
+
+:func:`explr.schedules.texp` (Li & Arora 2020, Theorem 2.12, the TEXP construction; the book's thm-texp) turns a
+piecewise-constant schedule (η_k, λ) with momentum γ into a schedule η̃_k without weight decay, plus a one-step
+correction where each phase starts, such that on a scale-invariant loss the iterates are θ̃_k = P_k θ_k: the same
+network at every step.  The per-epoch cosine is piecewise constant too (one phase per epoch), so the paper's
+cosine/exponential hybrid is the same construction.  :func:`run_unit` trains a network given by a builder (the
+chapter: PreResNet-32 of :mod:`explr.models`, the scale-invariant form of Li & Arora, Sec. 5) with the original
+schedule and with its twins on the same batches, and compares the logits on a fixed held-out batch,
+
+    D_k = max |f̃_k − f_k| / max |f_k|      (:func:`explr.sgd.output_deviation`),
+
+at every recorded step k.  In float64, with BN's ε ≈ 0 (1e-300: torch refuses 0) and batch statistics, the
+exact twin (``corrections="all"``) must stay within the round-off bound of :func:`roundoff_bound`; the twin
+without corrections (``"none"``) is another run and departs.  In float32 and bf16 the exact pair's D_k is the
+departure curve of two runs whose arithmetic differs in the last bits: where it reaches O(1), chaos has taken
+over (reported, never asserted: it depends on the machine).
+
+**The round-off bound** (float64).  The twin computes the same mathematical iterates as the original with other
+roundings: every step adds a relative discrepancy of at most ρ = 4u + e_g to θ (u = 2^−52: the update
+θ − lr·v, its two products and the schedule's own rounding of η̃_k = exp(ln η̃_k), one u each; e_g = the
+relative rounding of one gradient, measured as max|c∇L(cθ₀) − ∇L(θ₀)| / max|∇L(θ₀)|, the largest over
+c = 3, 5, 7, which a scale-invariant loss makes exactly 0 in exact arithmetic: the twin's gradients differ from the original's by
+just such roundings).  SGD then amplifies a relative perturbation of θ: the control run (the original from
+θ₀·(1 + δξ), ξ ~ N(0, 1) elementwise, δ = :data:`CONTROL_DELTA`) measures the amplification A_i = D^ctl_i / δ of
+a perturbation made at step 0 and seen at step i.  Assuming one made at step j grows no faster over the k − j
+steps to k than one made at step 0 (G_k = max(1, max_{i≤k} A_i) bounds both), summing the k + 1 steps'
+discrepancies and the logits' own rounding e_f (max|f(cθ₀) − f(θ₀)| / max|f(θ₀)|, the same c) gives
+
+    D_k ≤ B_k = e_f + (k + 1) · ρ · G_k.
+
+A twin that is *not* exact departs through the error it makes.  TEXP without corrections omits, where phase 0
+starts, a radial push of relative size δ = −η̃₀c₀ (:attr:`~explr.schedules.EquivalentSchedule.lr_wd`; 4.8e-3 for
+η = 0.1, λ = 5e-3, γ = 0.9); the momentum buffer keeps adding it, so ‖θ̃‖ falls short by a fraction that grows
+towards δ/(1 − γα*⁻²) (chapter 2, "What the start correction changes"; ×11 here), and the effective learning
+rate η̃/‖θ̃‖² is too large by twice that.  The run then travels the original's function path at another speed:
+
+    D_k ≈ 2 s_k F_k,   s_k = δ(1 − r^k)/(1 − r),   r = γα*⁻²,   F_k = max|f_k − f₀| / max|f₀|
+                                                                        (:func:`departure_estimate`),
+
+the function change of the original.  Where F_k is not tiny that is many orders of magnitude above B_k: the
+test can tell an exact twin from a near one, which is what :func:`summarise` reports.  (The phase corrections
+it also omits at later phase starts are smaller; the estimate leaves them out.)
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..invariance import trainable_parameters
+from ..per_step import check_momentum, check_positive_int, check_real
+from ..schedules import PlainSchedule, alpha, cosine, step_decay, texp
+from ..sgd import output_deviation, prediction_agreement, train_sgd
+from .digits import batch_schedule
+
+__all__ = ["PAIRS", "PRECISIONS", "RUNS", "BN_EPS", "CONTROL_DELTA", "TwinSettings", "pair_schedules", "batch_statistics",
+           "roundoff_bound", "departure_estimate", "unit_bound", "unit_estimate", "run_unit", "summarise", "CHAOS_LEVEL"]
+
+#: the original schedule of each pair; its twins are :func:`explr.schedules.texp` of it.
+PAIRS = {"step": "Step Decay + WD vs TEXP", "cosine": "Cosine (per epoch) + WD vs Cosine-TEXP (the hybrid)"}
+#: the arithmetic of a unit: float64 weights and data; float32; float32 weights under bf16 autocast (CPU).
+PRECISIONS = ("float64", "float32", "bf16")
+#: the runs of a unit beside the original: the twins (``corrections="all"`` and ``"none"``) and the control.
+RUNS = ("exact", "uncorrected", "control")
+#: BN's ε per precision: ~0 in float64 (torch refuses 0); in float32, 1e-300 would round to 0, so the smallest
+#: normal-range power of ten that keeps ε far below any batch variance.
+BN_EPS = {"float64": 1e-300, "float32": 1e-30, "bf16": 1e-30}
+#: the control run's relative perturbation of θ₀: 1e8 times float64's u, so round-off does not blur it, and small
+#: enough that the response stays linear while A·δ ≪ 1 (A up to 1e6).
+CONTROL_DELTA = 1e-8
+#: the rescalings that measure one evaluation's round-off (a c that is not a power of two rounds differently; the
+#: largest of three samples, since one can fall low).
+ROUNDOFF_SCALES = (3.0, 5.0, 7.0)
+#: a departure D_k above this is O(1) in the logits' units: the two runs are different networks (float32/bf16).
+CHAOS_LEVEL = 1e-2
+U64 = float(np.finfo(np.float64).eps)
+
+
+@dataclass(frozen=True)
+class TwinSettings:
+    """The schedule and sampling of one experiment (every unit uses the same).
+
+    ``epochs`` × ``steps_per_epoch`` steps; Step Decay multiplies lr by 0.1 at each of ``milestones`` (epochs,
+    at least two: the test must cross two decays); the cosine is per epoch over ``epochs``.  ``lr``, ``wd``,
+    ``momentum``: both runs' SGD (the twins: no WD, their own lr); ``batch_size`` images a step, drawn by
+    :func:`explr.book.digits.batch_schedule` from ``seed``; the probe's logits are recorded every
+    ``record_every`` steps (a divisor of ``steps_per_epoch``, so every epoch's end is recorded).
+    """
+
+    epochs: int
+    steps_per_epoch: int
+    milestones: tuple
+    lr: float = 0.1
+    wd: float = 5e-3
+    momentum: float = 0.9
+    batch_size: int = 32
+    seed: int = 0
+    record_every: int = 1
+
+    def __post_init__(self):
+        for name in ("epochs", "steps_per_epoch", "batch_size", "record_every"):
+            check_positive_int(name, getattr(self, name))
+        if self.steps_per_epoch % self.record_every:
+            raise ValueError(f"record_every must divide steps_per_epoch = {self.steps_per_epoch}; "
+                             f"got {self.record_every!r}")
+        object.__setattr__(self, "milestones", tuple(self.milestones))
+        if len(self.milestones) < 2:
+            raise ValueError(f"milestones must hold at least two decay epochs in [1, epochs-1] = [1, {self.epochs - 1}]"
+                             f" (the twin test crosses two decays); got {list(self.milestones)!r}")
+        step_decay(self.lr, self.epochs, self.steps_per_epoch, self.milestones)  # checks lr and the milestones
+        check_momentum(self.momentum)
+        if not check_real("wd", self.wd) > 0:
+            raise ValueError(f"wd must be > 0 (without weight decay there is no twin to test); got {self.wd!r}")
+        alpha(self.lr, self.wd, self.momentum)  # refuses an lr·wd without an exponential twin
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    def recorded(self) -> np.ndarray:
+        """The recorded steps k = 0, r, 2r, ..., steps (r = ``record_every``): every epoch's end among them."""
+        return np.arange(0, self.steps + 1, self.record_every)
+
+
+def pair_schedules(pair: str, settings: TwinSettings, twin_wd: float | None = None) -> dict:
+    """{"original", "exact", "uncorrected"}: the pair's schedule with WD (:func:`~explr.schedules.step_decay` or the
+    per-epoch :func:`~explr.schedules.cosine`) and its TEXP twins, ``corrections="all"`` and ``"none"``.
+
+    ``twin_wd`` builds the twins for another weight decay than the original's (a deliberately wrong twin)."""
+    if pair not in PAIRS:
+        raise ValueError(f"pair must be one of {tuple(PAIRS)}; got {pair!r}")
+    s = settings
+    if pair == "step":
+        base = step_decay(s.lr, s.epochs, s.steps_per_epoch, s.milestones)
+    else:
+        base = cosine(s.lr, s.epochs, s.steps_per_epoch, per="epoch")
+    wd = s.wd if twin_wd is None else twin_wd
+    return {"original": PlainSchedule(base, np.full(len(base), float(s.wd)), name=pair),
+            "exact": texp(base, wd, s.momentum, corrections="all"),
+            "uncorrected": texp(base, wd, s.momentum, corrections="none")}
+
+
+def batch_statistics(model: nn.Module) -> nn.Module:
+    """Make every BatchNorm of ``model`` use batch statistics in train and eval mode alike (no running averages,
+    as ``track_running_stats=False``), in place: the network is then a function of θ and its batch only, which
+    scale invariance needs.  Returns the model."""
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.track_running_stats = False
+            m.running_mean = m.running_var = m.num_batches_tracked = None
+    return model
+
+
+class _Autocast(nn.Module):
+    """``net`` run under CPU bf16 autocast, its output returned in float32 (numpy has no bf16)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.net(x).float()
+
+
+def _network(build_model, precision: str, reference: torch.Tensor | None):
+    """The builder's network for ``precision`` (dtype, BN ε, batch statistics); refuses a builder whose initial
+    weights differ from ``reference`` (the first build's): every run of a unit must start from the same θ₀."""
+    net = build_model(BN_EPS[precision])
+    if not isinstance(net, nn.Module):
+        raise ValueError(f"build_model must return an nn.Module; got {type(net).__name__}")
+    start = torch.cat([p.detach().double().reshape(-1) for _, p in trainable_parameters(net)])
+    if reference is not None and not torch.equal(start, reference):
+        raise ValueError("build_model must return the same initial weights at every call (seed it)")
+    net = batch_statistics(net.to(torch.float64 if precision == "float64" else torch.float32))
+    return (_Autocast(net) if precision == "bf16" else net), start
+
+
+def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
+    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (module docstring):
+    e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
+    the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic."""
+    def evaluate(c):
+        net = copy.deepcopy(model)
+        params = [p for _, p in trainable_parameters(net)]
+        with torch.no_grad():
+            for p in params:
+                p.mul_(c)
+            logits = net(probe)
+        loss = F.cross_entropy(net(inputs), targets)
+        return logits, c * torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+
+    def rel(a, b):
+        return float((b - a).abs().max() / a.abs().max())
+
+    f, g = evaluate(1.0)
+    scaled = [evaluate(c) for c in ROUNDOFF_SCALES]
+    return {"forward": max(rel(f, fc) for fc, _ in scaled), "gradient": max(rel(g, gc) for _, gc in scaled)}
+
+
+def roundoff_bound(steps, control_deviation, forward: float, gradient: float, delta: float = CONTROL_DELTA):
+    """B_k = e_f + (k + 1)(4u + e_g) G_k, G_k = max(1, max_{i≤k} D^ctl_i / δ) at each recorded step k (module
+    docstring): the largest D_k two float64 runs of the same iterates can reach through round-off."""
+    steps = np.asarray(steps, dtype=np.float64)
+    gain = np.maximum(1.0, np.maximum.accumulate(np.asarray(control_deviation, dtype=np.float64) / delta))
+    return forward + (steps + 1) * (4 * U64 + gradient) * gain
+
+
+def departure_estimate(steps, function_change, nudge: float, lr: float, wd: float, momentum: float) -> np.ndarray:
+    """D_k ≈ 2 s_k F_k (module docstring): the uncorrected twin's departure when it omits the start push
+    δ = |``nudge``| (η̃₀c₀), with the shortfall s_k = δ(1 − r^k)/(1 − r), r = γα*⁻², on its way to the ceiling
+    δ/(1 − r) (α* = :func:`~explr.schedules.alpha` of phase 0's ``lr``, ``wd``, ``momentum``), and F_k =
+    ``function_change`` at the recorded ``steps`` k."""
+    r = momentum / alpha(lr, wd, momentum) ** 2
+    shortfall = abs(nudge) * (1 - r ** np.asarray(steps, dtype=np.float64)) / (1 - r)
+    return 2 * shortfall * np.asarray(function_change, dtype=np.float64)
+
+
+def unit_bound(unit: dict) -> np.ndarray:
+    """B_k of a float64 unit of :func:`run_unit` (needs its control run)."""
+    return roundoff_bound(unit["steps"], unit["deviation"]["control"], **unit["roundoff"])
+
+
+def unit_estimate(unit: dict, settings: dict) -> np.ndarray:
+    """:func:`departure_estimate` of a float64 unit; ``settings`` holds ``lr``, ``wd``, ``momentum``."""
+    return departure_estimate(unit["steps"], unit["function_change"], unit["nudge"],
+                              *(settings[k] for k in ("lr", "wd", "momentum")))
+
+
+def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, labels: torch.Tensor,
+             probe: torch.Tensor, settings: TwinSettings, pair: str, precision: str, *,
+             runs: tuple | None = None, twin_wd: float | None = None, log: Callable[[str], None] | None = None) -> dict:
+    """Train one pair in one precision and compare the twins' logits with the original's (module docstring).
+
+    ``build_model(eps)`` returns a scale-invariant network whose BatchNorms have ε = ``eps`` (e.g.
+    ``lambda eps: PreResNet(32, eps=eps, seed=0)``), the same initial weights at every call; it is cast to the
+    precision's dtype and switched to batch statistics here.  ``images`` (N, C, H, W) and ``labels`` (N,) are the
+    training data (normalised), ``probe`` the fixed held-out batch.  ``runs``: which of :data:`RUNS` to train beside
+    the original (default: all in float64, the exact twin in float32 and bf16; the bound needs the control).
+    ``twin_wd``: build the twins for this weight decay instead (a wrong twin, for the tests).  ``log`` receives
+    progress lines.
+
+    Returns a JSON-able dict: ``steps`` (recorded k), ``deviation`` {run: D_k}, ``agreement`` {run: fraction of
+    probe images with the same predicted class}, ``norm_error`` (max_k |‖θ̃_k‖ / (P_k‖θ_k‖) − 1| of the exact
+    twin, if trained), ``function_change`` F_k, ``nudge`` (η̃₀c₀ of the exact twin), ``loss`` (the original's per
+    step), ``seconds``; in float64 also ``roundoff`` {forward, gradient}.  :func:`unit_bound` and
+    :func:`unit_estimate` compute B_k and the uncorrected twin's expected D_k from them.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+    runs = (RUNS if precision == "float64" else ("exact",)) if runs is None else tuple(runs)
+    if not runs or any(r not in RUNS for r in runs) or ("control" in runs and precision != "float64"):
+        raise ValueError(f"runs must be a non-empty selection of {RUNS} (the control in float64 only); got {runs!r}")
+    schedules = pair_schedules(pair, settings, twin_wd)
+    dtype = torch.float64 if precision == "float64" else torch.float32
+    images, labels, probe = _check_data(images, labels, probe, settings)
+    images, probe = images.to(dtype), probe.to(dtype)
+    index = batch_schedule(len(labels), settings.batch_size, settings.steps, settings.seed)
+    batches = [(images[i], labels[i]) for i in index]
+    recorded = settings.recorded()
+    started, trained = time.perf_counter(), {}
+    _, reference = _network(build_model, precision, None)
+    names = ("original", *runs)
+    for name in names:
+        model, _ = _network(build_model, precision, reference)
+        if name == "control":
+            generator = torch.Generator().manual_seed(settings.seed + 1)
+            with torch.no_grad():
+                for _, p in trainable_parameters(model):
+                    p.mul_(1 + CONTROL_DELTA * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+        if name == "original" and precision == "float64":
+            errors = roundoff(model, *batches[0], probe)
+        played = schedules["original" if name == "control" else name]
+        trained[name] = train_sgd(model, F.cross_entropy, batches, played, momentum=settings.momentum,
+                                  probe=probe, record_every=settings.record_every)
+        if log is not None:
+            log(f"{pair}/{precision} {name}: {settings.steps} steps done, {time.perf_counter() - started:.0f} s")
+    original = trained["original"]
+    f0 = np.abs(original.outputs[0]).max()
+    out = {
+        "pair": pair, "precision": precision, "steps": recorded.tolist(),
+        "deviation": {n: output_deviation(original, trained[n]).tolist() for n in runs},
+        "agreement": {n: prediction_agreement(original, trained[n]).tolist() for n in runs},
+        "function_change": (np.abs(original.outputs - original.outputs[0]).max(axis=(1, 2)) / f0).tolist(),
+        "nudge": float(schedules["exact"].lr_wd[0]),
+        "loss": original.losses.tolist(),
+    }
+    if "exact" in runs:
+        scale = schedules["exact"].scale[recorded]
+        out["norm_error"] = float(np.abs(trained["exact"].norms / (scale * original.norms) - 1).max())
+    if precision == "float64":
+        out["roundoff"] = errors
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def _check_data(images, labels, probe, settings: TwinSettings):
+    for name, x in (("images", images), ("probe", probe)):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim == 4):
+            raise ValueError(f"{name} must be a floating-point tensor (N, C, H, W); got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != (len(images),):
+        raise ValueError(f"labels must be a tensor of shape ({len(images)},), one per image; got "
+                         f"{getattr(labels, 'shape', type(labels).__name__)}")
+    if not 1 <= settings.batch_size <= len(images):
+        raise ValueError(f"batch_size must be in [1, {len(images)}] (the images given); got {settings.batch_size}")
+    return images, labels.long(), probe
+
+
+def summarise(metrics: dict) -> dict:
+    """What chapter 6 shows and asserts, from ``metrics["units"]`` ({"pair/precision": :func:`run_unit`'s dict}).
+
+    Per pair (float64): ``exact`` = max_k D_k of the exact twin, ``bound`` = max_k B_k, ``exact_over_bound`` =
+    max_k D_k / B_k (≤ 1: the twins agree to round-off), ``uncorrected`` = max_k D_k of the twin without
+    corrections, ``uncorrected_over_bound`` = min_k D_k / B_k over the steps from the first epoch's end on (≫ 1:
+    it departs), ``estimate_ratio`` = the uncorrected twin's D at the end over :func:`departure_estimate`'s,
+    ``agree`` (the exact twin predicts every probe image's class as the original does, at every recorded step)
+    and ``norm_error`` (:func:`run_unit`).
+    Per pair and lower precision: ``chaos_step`` = the first recorded step where the exact pair's D_k passes
+    :data:`CHAOS_LEVEL` (None if never) and ``final`` = its D at the end.
+    """
+    out = {}
+    for key, unit in metrics["units"].items():
+        pair, precision = key.split("/")
+        dev = {n: np.asarray(v) for n, v in unit["deviation"].items()}
+        row = out.setdefault(pair, {})
+        if precision == "float64":
+            bound, steps = unit_bound(unit), np.asarray(unit["steps"])
+            later = steps >= metrics["settings"]["steps_per_epoch"]
+            row.update(
+                exact=float(dev["exact"].max()), exact_over_bound=float((dev["exact"] / bound).max()),
+                bound=float(bound.max()), uncorrected=float(dev["uncorrected"].max()),
+                uncorrected_over_bound=float((dev["uncorrected"][later] / bound[later]).min()),
+                estimate_ratio=float(dev["uncorrected"][-1] / unit_estimate(unit, metrics["settings"])[-1]),
+                agree=bool(min(unit["agreement"]["exact"]) == 1.0), norm_error=unit["norm_error"])
+        else:
+            above = np.flatnonzero(dev["exact"] > CHAOS_LEVEL)
+            row[precision] = {"chaos_step": int(unit["steps"][above[0]]) if above.size else None,
+                              "final": float(dev["exact"][-1])}
+    return out
