@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan v2, in seed-complete rounds.
+
+    PYTHONPATH=src python experiments/confirmatory_grid.py --data cifar10-jpeg.tar.gz --data-root /tmp/explr-data
+    PYTHONPATH=src python experiments/confirmatory_grid.py ... --resume        # continue an interrupted grid
+    PYTHONPATH=src python experiments/confirmatory_grid.py --dry-run          # seconds, on the CPU
+
+The plan (:data:`explr.book.stats.PLAN_V2_PATH`) names the arms (schedule, momentum corrections), the seeds and
+the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
+``seeds[0:k]``, then the next k, ...) and the next round starts only when all of them finished, so a grid stopped
+anywhere holds whole runs of complete seeds, plus at most one round of runs that ``--resume`` finishes.  A run
+never stops early on purpose (no deadline); a run that diverges or fails stops the grid after its round.
+
+Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the others into
+``<out>/ablation-<corrections>/...`` (the layout of ``results/cifar10-full``), each with its manifest, whose
+``started`` time :func:`explr.book.stats.split_runs` compares with the plan's registration.  The grid refuses a
+plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.stats.load_plan`).
+
+Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
+``load_runs``, ``RunError``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir`` (the dry run's interrupted
+run).
+
+``--dry-run`` trains the same grid logic on a tiny recipe (synthetic images, PreResNet-8, 2 epochs, the plan's
+first 2 seeds) on the CPU into a temporary folder, and checks the balance and resume rules: one round leaves
+exactly one complete seed; a run interrupted mid-way and a grid rerun without ``--resume`` are handled; the rerun
+with ``--resume`` finishes the grid and leaves the first round's files untouched.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from explr.book.stats import PLAN_V2_PATH, AnalysisPlan, complete_seeds, count_by_arm, load_plan
+from explr.cifar10 import (RunError, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
+                           train_run)
+
+#: the dry run's recipe: everything small, on the CPU (decays at epoch 1 of 2, so each schedule has a phase change).
+DRY_RUN = dict(epochs=2, depth=8, batch_size=32, decay_epochs=[1], device="cpu", threads=1, eval_batch_size=64,
+               log_every=2)
+DRY_IMAGES = (160, 40)  # synthetic training and test images: 5 steps per epoch
+
+
+def experiment_of(corrections: str) -> str:
+    """The folder of an arm's runs under ``--out``: ``main`` for corrections "all", else ``ablation-<corrections>``."""
+    return "main" if corrections == "all" else f"ablation-{corrections}"
+
+
+def round_plan(plan: AnalysisPlan, seeds, **common) -> dict[str, list[TrainConfig]]:
+    """Every arm of the plan for each of ``seeds``, with the plan's recipe; ``common``: machine settings (device,
+    data, ...).  An experiment plan (``{folder: [TrainConfig, ...]}``) for :func:`explr.cifar10.run_plan`."""
+    recipe = {k: tuple(v) if isinstance(v, list) else v for k, v in plan.config.items()}
+    out: dict[str, list[TrainConfig]] = {}
+    for k in seeds:
+        for arm in plan.arms.values():
+            config = TrainConfig(**{**recipe, **common}, schedule=arm["schedule"], corrections=arm["corrections"],
+                                 seed=k)
+            out.setdefault(experiment_of(arm["corrections"]), []).append(config)
+    return out
+
+
+def grid_runs(plan: AnalysisPlan, out) -> list[dict]:
+    """The runs already under ``out`` (:func:`explr.cifar10.load_runs` of each experiment folder)."""
+    folders = {experiment_of(arm["corrections"]) for arm in plan.arms.values()}
+    return [r for name in sorted(folders) if (Path(out) / name).is_dir() for r in load_runs(Path(out) / name)]
+
+
+def train_grid(plan: AnalysisPlan, out, *, arrays, resume: bool = False, jobs: int = 1, seeds_at_once: int = 1,
+               rounds: int | None = None, progress: bool = True, **common) -> list[int]:
+    """Train the plan's grid into ``out`` round by round (module docstring); at most ``rounds`` rounds that still
+    need training.  Returns the seeds complete afterwards (every arm finished).  Without ``resume`` an existing
+    run is refused by the engine (``RunError``) before its round starts."""
+    if seeds_at_once < 1 or (rounds is not None and rounds < 1):
+        raise ValueError(f"--seeds-at-once and --rounds must be >= 1; got {seeds_at_once}, {rounds}")
+    done = set(complete_seeds(plan, grid_runs(plan, out))) if resume else set()
+    todo = [k for k in plan.seeds if k not in done]
+    batches = [todo[i:i + seeds_at_once] for i in range(0, len(todo), seeds_at_once)][:rounds]
+    for seeds in batches:
+        run_plan(round_plan(plan, seeds, **common), out, arrays=arrays, jobs=jobs, resume=resume, progress=progress)
+        if not set(seeds) <= set(complete_seeds(plan, grid_runs(plan, out))):  # from the manifests, not the pool
+            print(f"round of seeds {seeds}: not every run finished (their manifests say why); the grid stops here",
+                  file=sys.stderr)
+            break
+    return complete_seeds(plan, grid_runs(plan, out))
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise RuntimeError(f"dry run: {what}")
+    print(f"dry run: {what}: ok")
+
+
+def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
+    """The grid's logic on :data:`DRY_RUN` (module docstring), in ``out`` or a temporary folder.  Returns the runs
+    per arm; raises ``RuntimeError`` naming the first rule that failed."""
+    tiny = replace(plan, seeds=plan.seeds[:2], config={**plan.config, **DRY_RUN})
+    arrays = make_synthetic(n_train=DRY_IMAGES[0], n_test=DRY_IMAGES[1], seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(out or tmp)
+        first, second = tiny.seeds
+        _check(train_grid(tiny, out, arrays=arrays, rounds=1, progress=False) == [first],
+               f"one round leaves exactly seed {first} complete")
+        _check(count_by_arm(grid_runs(tiny, out)) == dict.fromkeys(sorted(tiny.arms), 1), "one run per arm")
+        before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl")}
+        cut = round_plan(tiny, [second])["main"][0]  # a run of the next round, interrupted after its first epoch
+        train_run(cut, run_dir(out / "main", cut.schedule, cut.seed), arrays, stop_after=1, progress=False)
+        try:
+            train_grid(tiny, out, arrays=arrays, progress=False)
+            refused = ""
+        except RunError as err:  # the engine names the folder and --resume
+            refused = str(err)
+        _check("--resume" in refused, "a rerun without --resume is refused before it trains")
+        _check(train_grid(tiny, out, arrays=arrays, resume=True, progress=False) == [first, second],
+               "--resume finishes the grid: both seeds complete")
+        _check(all(p.read_bytes() == data for p, data in before.items()), "the first round's files are untouched")
+        runs = grid_runs(tiny, out)
+        _check(all(len(r["metrics"]["test_acc"]) == DRY_RUN["epochs"] for r in runs),
+               "every run (the interrupted one too) has all its epochs")
+        return count_by_arm(runs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", default=str(PLAN_V2_PATH), help="the registered analysis plan (default: v2)")
+    ap.add_argument("--out", default="results/cifar10-confirmatory", help="folder of the grid's runs")
+    ap.add_argument("--data", default="auto", help="as python -m explr.cifar10 --data (default: download CIFAR-10)")
+    ap.add_argument("--data-root", default="data", help="as python -m explr.cifar10 --data-root")
+    ap.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    ap.add_argument("--resume", action="store_true", help="continue the runs already under --out")
+    ap.add_argument("--seeds-at-once", type=int, default=2,
+                    help="seeds per round (a round trains every arm of each; default 2: 14 runs at once, near the "
+                         "17 processes at which the pilot's throughput was measured)")
+    ap.add_argument("--jobs", type=int, default=None, help="processes at once (default: the runs of one round)")
+    ap.add_argument("--rounds", type=int, default=None, help="train at most this many rounds now (whole rounds)")
+    ap.add_argument("--dry-run", action="store_true", help="the tiny CPU check of the grid's logic (seconds)")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    plan = load_plan(args.plan)  # refuses an edited plan
+    if args.dry_run:
+        print(f"dry run: {dry_run(plan)}")
+        return 0
+    if plan.registration is None:
+        print(f"{args.plan} is not registered (no record in registrations.json): its runs would judge nothing",
+              file=sys.stderr)
+        return 2
+    arrays = load_cifar10(args.data, args.data_root)
+    jobs = args.jobs or len(plan.arms) * args.seeds_at_once
+    done = train_grid(plan, args.out, arrays=arrays, resume=args.resume, jobs=jobs, seeds_at_once=args.seeds_at_once,
+                      rounds=args.rounds, device=args.device, data=args.data, data_root=args.data_root)
+    print(f"complete seeds: {len(done)} of {len(plan.seeds)} ({done}); runs per arm: "
+          f"{count_by_arm(grid_runs(plan, args.out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
