@@ -40,3 +40,14 @@ def test_the_dry_run_trains_a_balanced_grid_and_resumes_it(tmp_path, capsys):
     for rule in ("one round leaves exactly seed", "without --resume is refused", "--resume finishes the grid",
                  "untouched", "has all its epochs"):
         assert any(rule in line and line.endswith(": ok") for line in lines), rule
+
+
+def test_the_grid_refuses_an_unregistered_or_edited_plan(tmp_path, capsys):
+    draft = tmp_path / "draft.json"
+    draft.write_bytes(PLAN_V2_PATH.read_bytes())
+    assert grid.main(["--plan", str(draft), "--out", str(tmp_path / "out")]) == 2
+    assert "is not registered" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    edited = tmp_path / PLAN_V2_PATH.name
+    edited.write_bytes(PLAN_V2_PATH.read_bytes().replace(b'"margin": 0.005', b'"margin": 0.006'))
+    with pytest.raises(ValueError, match="never edited"):
+        grid.main(["--plan", str(edited)])
