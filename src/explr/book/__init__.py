@@ -9,7 +9,9 @@
 * :mod:`explr.book.checks` -- a chapter's asserted claims, one line each, and the round-off rule of what
   they show;
 * :mod:`explr.book.report` -- chapter 6's pre-registered analysis plan (``analysis_plan.json``) and its
-  verdicts (Welch, TOST, Holm).
+  verdicts (Welch, TOST, Holm);
+* :mod:`explr.book.twins` -- the exact-twin test on a real network (chapter 6): TEXP and the cosine hybrid
+  against their weight-decay originals, logit for logit, within a float64 round-off bound.
 
 Nothing in :mod:`explr`'s maths floor or in :mod:`explr.cifar10` imports from here.
 """
