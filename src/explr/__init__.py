@@ -7,11 +7,12 @@ The paper's maths and its torch glue:
 
 * :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents;
 * :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any schedule;
-* :mod:`explr.per_step` -- the checks of per-step arrays that both of them use;
+* :mod:`explr.per_step` -- the checks of per-step arrays (and of step decay's milestones) that both of them use;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
 * :mod:`explr.invariance` -- making and checking scale invariance; the norm-equilibrium model;
 * :mod:`explr.models` -- the networks (BN MLP, PreResNet);
-* :mod:`explr.params` -- one rule vocabulary for the CLI, the engine's config and the chapters.
+* :mod:`explr.params` -- one rule vocabulary for the CLI, the engine's config and the chapters (and what a real
+  number or an integer is, not a bool, for every check of this floor).
 
 The book's simulations, :mod:`explr.book` (toy model, flows, sharpness, statistics, the digits data,
 figure style, chapter 6's pre-registered analysis).

@@ -53,7 +53,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import numbers
 import sys
 import warnings
 
@@ -62,6 +61,7 @@ import torch
 from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
+from .params import is_int, is_real
 from .per_step import plain_arrays
 from .schedules import EquivalentSchedule, PlainSchedule
 
@@ -149,8 +149,7 @@ class PerStepLR(LRScheduler):
             lr0 = math.ldexp(*self._parts_at(0)[:2])
             dtype = _smallest_dtype(optimizer)
             limit = max_rescale_above(dtype) if dtype is not None else math.inf
-            if not (isinstance(rescale_above, numbers.Real) and not isinstance(rescale_above, bool)
-                    and math.isfinite(rescale_above) and lr0 < rescale_above <= limit):
+            if not (is_real(rescale_above) and lr0 < rescale_above <= limit):
                 raise ValueError(
                     f"rescale_above must be a finite number > lr[0] = {lr0:g} and at most {limit:g}, a quarter of "
                     f"the largest value of the parameters' dtype ({dtype}: {limit * 4:g}; one rescaling step of "
@@ -420,13 +419,13 @@ class PerStepLR(LRScheduler):
 
     def _check_state(self, state: dict) -> None:
         """The types of a state's settings, so that comparing them with this scheduler's cannot fail."""
-        _require(state, "steps", _is_int(state["steps"]), "an integer")
+        _require(state, "steps", is_int(state["steps"]), "an integer")
         _require(state, "fingerprint", isinstance(state["fingerprint"], str), "a string")
         for key in ("momentum", "rescale_above"):
-            _require(state, key, state[key] is None or _is_real(state[key]), "None or a finite number")
+            _require(state, key, state[key] is None or is_real(state[key]), "None or a finite number")
         bases = state["base_lrs"]  # one per param group: their number is compared with this scheduler's next
         _require(state, "base_lrs", isinstance(bases, (list, tuple)) and len(bases) >= 1
-                 and all(_is_real(b) and b > 0 for b in bases), "a list of finite numbers > 0, one per param group")
+                 and all(is_real(b) and b > 0 for b in bases), "a list of finite numbers > 0, one per param group")
 
     def _check_progress(self, state: dict) -> None:
         """The progress of a state of this schedule is one this scheduler reaches (module docstring):
@@ -440,18 +439,18 @@ class PerStepLR(LRScheduler):
         * ``_last_lr`` and ``_own_weight_decay``: one number (or, for the latter, None) per param group."""
         groups, steps = len(self._ratios), self.steps
         last = state["last_epoch"]
-        _require(state, "last_epoch", _is_int(last) and -1 <= last <= steps, f"an integer in [-1, {steps}]")
-        _require(state, "_step_count", _is_int(state["_step_count"]) and state["_step_count"] >= 0,
+        _require(state, "last_epoch", is_int(last) and -1 <= last <= steps, f"an integer in [-1, {steps}]")
+        _require(state, "_step_count", is_int(state["_step_count"]) and state["_step_count"] >= 0,
                  "an integer >= 0")
         _require(state, "_last_lr", isinstance(state["_last_lr"], (list, tuple)) and len(state["_last_lr"]) == groups
-                 and all(_is_real(x) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in state["_last_lr"]),
+                 and all(is_real(x) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in state["_last_lr"]),
                  f"a list of {groups} numbers")
         _require(state, "_own_weight_decay", isinstance(state["_own_weight_decay"], (list, tuple))
                  and len(state["_own_weight_decay"]) == groups
-                 and all(x is None or _is_real(x) for x in state["_own_weight_decay"]),
+                 and all(x is None or is_real(x) for x in state["_own_weight_decay"]),
                  f"a list of {groups} numbers or None")
         log2 = state["log2_rescale"]
-        _require(state, "log2_rescale", _is_int(log2) and log2 % 2 == 0 and log2 <= 0, "an even integer <= 0")
+        _require(state, "log2_rescale", is_int(log2) and log2 % 2 == 0 and log2 <= 0, "an even integer <= 0")
         if self.rescale_above is None:
             _require(state, "log2_rescale", log2 == 0, "0 (this scheduler has no rescale_above)")
         else:
@@ -463,16 +462,8 @@ class PerStepLR(LRScheduler):
                      f"an even integer in [{math.ceil(low)}, {math.floor(high)}] at step {p} (where the played lr is "
                      "between a quarter of lr[0] over the largest lr so far and rescale_above)")
         count = state["rescale_count"]
-        _require(state, "rescale_count", _is_int(count) and (count == 0 if log2 == 0 else 1 <= count <= -log2 // 2),
+        _require(state, "rescale_count", is_int(count) and (count == 0 if log2 == 0 else 1 <= count <= -log2 // 2),
                  "0 with log2_rescale 0" if log2 == 0 else f"an integer in [1, {-log2 // 2}] with log2_rescale {log2}")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _require(state: dict, key: str, ok: bool, rule: str) -> None:

@@ -21,8 +21,6 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
     ``True`` gives the usual running averages.  ``seed`` makes the initialisation reproducible.
     Call :func:`explr.invariance.make_scale_invariant` on it to freeze what breaks invariance.
     """
-    import torch
-
     if seed is not None:
         torch.manual_seed(seed)
     layers, width = [], in_features

@@ -36,15 +36,25 @@ __all__ = [
     "Folder",
     "Numbers",
     "check_parameters",
+    "is_int",
+    "is_real",
+    "is_real_type",
 ]
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
+    """An integer (Python's or numpy's), not a boolean."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+def is_real_type(t: type) -> bool:
+    """A real-number type (Python or numpy ints and floats), not a boolean."""
+    return issubclass(t, numbers.Real) and not issubclass(t, (bool, np.bool_))
+
+
+def is_real(v) -> bool:
+    """A finite real number (:func:`is_real_type`), not a boolean."""
+    return is_real_type(type(v)) and math.isfinite(v)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ class Int:
         return f"an integer >= {self.minimum}{self.note}"
 
     def ok(self, v) -> bool:
-        return (_is_int(v) and v >= self.minimum and (self.maximum is None or v <= self.maximum)
+        return (is_int(v) and v >= self.minimum and (self.maximum is None or v <= self.maximum)
                 and (not self.modulo or v % self.modulo[0] == self.modulo[1]))
 
     def parse(self, text: str):
@@ -107,7 +117,7 @@ class Float:
         return f"a finite number in {interval}{self.note}"
 
     def ok(self, v) -> bool:
-        if not _is_real(v):
+        if not is_real(v):
             return False
         return (v > self.lo if self.lo_open else v >= self.lo) and (v < self.hi if self.hi_open else v <= self.hi)
 

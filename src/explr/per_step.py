@@ -3,19 +3,21 @@
 
 Every check returns the checked value (a float, an int or a new float64 array) or raises an error that
 names the argument, the rule and, for arrays, the first step that breaks it (``lr[3] = -0.1``).
-Schedules take finite rates with lr > 0 and wd ≥ 0 (:func:`per_step_array`); ``PerStepLR`` plays any
+Schedules take finite rates with lr > 0 and wd ≥ 0 (:func:`per_step_array`) and step decay's milestones in
+[1, epochs − 1] (:func:`check_milestones`, also the engine's rule of ``--decay-epochs``); ``PerStepLR`` plays any
 finite wd (:func:`plain_arrays`) and refuses what is not a real number with ``TypeError``
 (:func:`real_array`: ``np.asarray`` would turn ``True`` into 1.0).
 """
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
-__all__ = ["check_real", "check_momentum", "check_positive_int", "per_step_array", "plain_arrays",
-           "real_array", "is_real_type", "RULES"]
+from .params import is_int, is_real_type
+
+__all__ = ["check_real", "check_momentum", "check_positive_int", "check_milestones", "per_step_array", "plain_arrays",
+           "real_array", "RULES"]
 
 #: What PerStepLR accepts, per argument (its errors quote these).
 RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
@@ -39,9 +41,26 @@ def check_momentum(momentum) -> float:
 
 def check_positive_int(name: str, value) -> int:
     """``value`` as an int >= 1 (booleans refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer; got {value!r}")
     return int(value)
+
+
+def check_milestones(milestones, epochs: int) -> np.ndarray:
+    """``milestones`` as an int64 array: strictly increasing integer epochs in [1, epochs − 1] (a decay at epoch 0
+    or at the end would change nothing); ``ValueError`` naming the rule otherwise."""
+    try:
+        ms = np.asarray([int(m) for m in milestones if int(m) == m], dtype=np.int64)
+    except (TypeError, ValueError):
+        ms = None
+    if ms is None or len(ms) != len(list(milestones)):
+        raise ValueError(f"milestones must be a sequence of integer epochs; got {milestones!r}")
+    if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
+        raise ValueError(
+            f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
+            f"got {list(milestones)!r}"
+        )
+    return ms
 
 
 def per_step_array(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
@@ -92,11 +111,6 @@ def real_array(name: str, value) -> np.ndarray:
         raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {RULES[name]} "
                         "(floats or ints; not bools or strings)")
     return np.array(value, dtype=np.float64)
-
-
-def is_real_type(t: type) -> bool:
-    """A real-number type (Python or numpy ints and floats), not a boolean."""
-    return issubclass(t, numbers.Real) and not issubclass(t, (bool, np.bool_))
 
 
 def _refuse_first_bad_step(name: str, values: np.ndarray, bad: np.ndarray, rule: str) -> None:

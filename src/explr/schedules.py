@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .per_step import check_momentum, check_positive_int, check_real, per_step_array
+from .per_step import check_milestones, check_momentum, check_positive_int, check_real, per_step_array
 
 __all__ = [
     "EquivalentSchedule",
@@ -86,6 +86,11 @@ class EquivalentSchedule:
     def __len__(self) -> int:
         return len(self.log_lr)
 
+    @property
+    def first_lr(self) -> float:
+        """lr̃_0 = exp(``log_lr[0]``), the learning rate the run starts with."""
+        return float(np.exp(self.log_lr[0]))
+
     def parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(m_lr, e_lr, m_wd, e_wd) with lr̃_k = m_lr·2^e_lr and wd̃_k = m_wd·2^e_wd: finite mantissas and
         integer exponents, what :class:`~explr.lr_scheduler.PerStepLR` plays (``.lr``/``.wd`` are exactly
@@ -115,7 +120,7 @@ class EquivalentSchedule:
 class PlainSchedule:
     """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given.
 
-    The same interface as :class:`EquivalentSchedule` -- ``.lr``, ``.wd``, ``.log_lr``, ``.parts()``,
+    The same interface as :class:`EquivalentSchedule` -- ``.lr``, ``.wd``, ``.log_lr``, ``.first_lr``, ``.parts()``,
     ``.scale``, ``.momentum``, ``.name``, ``len()`` -- so :class:`~explr.lr_scheduler.PerStepLR`,
     :func:`explr.sgd.train_sgd` and the CIFAR-10 engine take either.  ``lr``: (steps,) array; ``wd``: a
     number or a (steps,) array.  ``momentum`` is ``None``: a plain schedule fits any optimizer.
@@ -128,6 +133,11 @@ class PlainSchedule:
 
     def __len__(self) -> int:
         return len(self.lr)
+
+    @property
+    def first_lr(self) -> float:
+        """``lr[0]``, the learning rate the run starts with."""
+        return float(self.lr[0])
 
     @cached_property
     def log_lr(self) -> np.ndarray:
@@ -323,17 +333,7 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
     if not 0 < check_real("factor", factor) <= 1:
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
-    try:
-        ms = np.asarray([int(m) for m in milestones if int(m) == m], dtype=np.int64)
-    except (TypeError, ValueError):
-        ms = None
-    if ms is None or len(ms) != len(list(milestones)):
-        raise ValueError(f"milestones must be a sequence of integer epochs; got {milestones!r}")
-    if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
-        raise ValueError(
-            f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
-            f"got {list(milestones)!r}"
-        )
+    ms = check_milestones(milestones, epochs)
     epoch_of_step = np.arange(epochs * steps_per_epoch) // steps_per_epoch
     drops = np.searchsorted(ms, epoch_of_step, side="right")
     return float(lr) * float(factor) ** drops
