@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import torch
 
 from explr.cifar10.config import TrainConfig, config_to_argv
-from explr.cifar10.data import make_synthetic, write_npz
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.arrays import write_npz
 from explr.cifar10.runs import TIMING_KEYS
 
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)

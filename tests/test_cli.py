@@ -6,16 +6,18 @@ PreResNet8 on 192 generated images, batch 32 (6 steps per epoch; the end-to-end 
 in-process calls of ``main(argv)``.
 """
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import explr.cifar10.config as config_mod
+import explr.cifar10.schedule as schedule_mod
 from explr.cifar10 import hardware
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESCALE_ABOVE_MAX
-from explr.cifar10.data import make_synthetic, write_npz
-from explr.cifar10.runs import read_metrics
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.arrays import write_npz
+from explr.cifar10.runfolder import read_metrics
 
 from cifar10_helpers import CLI_TINY, tiny_arrays, tiny_npz
 from explr.cifar10.config import TrainConfig
@@ -120,7 +122,7 @@ def test_the_schedule_must_fit_in_memory_and_is_checked_before_it_is_built(npz, 
     def never(*args, **kwargs):
         raise AssertionError("the schedule was built before its size was checked")
 
-    monkeypatch.setattr(config_mod, "step_decay", never)
+    monkeypatch.setattr(schedule_mod, "step_decay", never)
     # 10,000 epochs x 6 steps x 256 bytes = 15 MB
     refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "10000"], capsys, "--epochs",
             "0.0143 GiB of memory, more than the 0.00977 GiB available")
@@ -156,15 +158,16 @@ def test_options_the_launcher_would_ignore_are_refused(npz, tmp_path, capsys, ex
 
 def test_the_report_names_runs_not_submitted_and_maps_a_full_disk_to_its_exit_code(capsys):
     from explr.cifar10.__main__ import _report
-    from explr.cifar10.runs import EXIT_DISK_FULL
+    from explr.cifar10.runs import RunResult
+    from explr.cifar10.status import Status
 
     configs = [TrainConfig(schedule="step", seed=0), TrainConfig(schedule="texp", seed=0)]
-    assert _report(configs, [{"job_id": "17", "status": "submitted", "out": "a"},
-                             {"job_id": None, "status": "finished", "out": "b"}]) == 0
+    assert _report(configs, [RunResult(Path("a"), Status.SUBMITTED, job_id="17"),
+                             RunResult(Path("b"), Status.FINISHED)], submitted=True) == 0
     out = capsys.readouterr().out
     assert "job 17" in out and "not submitted: finished" in out and "job None" not in out
-    full = {"status": "disk full", "message": "the disk filled up", "final": None, "out": "a"}
-    assert _report(configs[:1], [full]) == EXIT_DISK_FULL
+    full = RunResult(Path("a"), Status.DISK_FULL, message="the disk filled up")
+    assert _report(configs[:1], [full]) == 6
 
 
 def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batch(npz, tmp_path, monkeypatch):

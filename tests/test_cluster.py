@@ -9,11 +9,12 @@ import time
 import pytest
 
 from explr.cifar10 import load_runs
-from explr.cifar10 import sweep
+from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
-from explr.cifar10.data import write_npz
-from explr.cifar10.runs import lock_holder, read_metrics
-from explr.cifar10.sweep import check_launcher
+from explr.cifar10.arrays import write_npz
+from explr.cifar10.lock import lock_holder
+from explr.cifar10.runfolder import read_metrics
+from explr.cifar10.cluster import check_launcher
 
 from cifar10_helpers import CLI_TINY, alive, reproducible, tiny_arrays
 
@@ -80,7 +81,7 @@ def test_options_the_chosen_launcher_would_ignore_are_refused():
 
 
 def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
     with pytest.raises(SystemExit) as exc:
         main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
     err = capsys.readouterr().err

@@ -9,7 +9,8 @@ from explr.cifar10.__main__ import build_parser
 from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments
 
 from cifar10_helpers import CLI_TINY
-from explr.cifar10.config import default_decay_epochs, played_schedule, schedule_arrays
+from explr.cifar10.config import default_decay_epochs
+from explr.cifar10.schedule import played_schedule
 from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -55,6 +56,5 @@ def test_schedule_names_map_to_the_papers_schedules():
         np.testing.assert_array_equal(got.wd, wd)
         assert isinstance(got, EquivalentSchedule) == exponential
         assert isinstance(got, EquivalentSchedule if exponential else PlainSchedule)
-        np.testing.assert_array_equal(schedule_arrays(c, S)[0], lr)  # chapter 6's per-step lr
     assert default_decay_epochs(200) == [100, 150] and default_decay_epochs(20) == [10, 15]
     assert default_decay_epochs(1) == []

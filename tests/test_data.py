@@ -16,19 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from explr.cifar10 import arrays as arrays_module
-from explr.cifar10.data import (
-    CifarArrays,
-    DataError,
-    DeviceData,
-    download_cifar10,
-    load_cifar10,
-    load_npz,
-    make_synthetic,
-    read_cifar_batches,
-    write_cifar_batches,
-    write_npz,
-)
+from explr.cifar10 import hardware
+from explr.cifar10.arrays import CifarArrays, DataError, load_npz, write_npz
+from explr.cifar10.data import DeviceData
+from explr.cifar10.sources import (download_cifar10, load_cifar10, make_synthetic, read_cifar_batches,
+                                   write_cifar_batches)
 
 
 @pytest.fixture(scope="module")
@@ -246,11 +238,11 @@ def test_declared_sizes_are_checked_against_memory_before_allocating(tmp_path, s
     np.lib.format.write_array_header_2_0(header, {"descr": "|u1", "fortran_order": False,
                                                   "shape": (10**9, 32, 32, 3)})
     path = npz_with_headers(tmp_path / "huge.npz", small, {"x_train": header.getvalue()})
-    monkeypatch.setattr(arrays_module, "_available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(hardware, "available_memory", lambda: 8 << 30)
     with pytest.raises(DataError, match=r"huge\.npz: the array x_train declares shape \(1000000000, 32, 32, 3\) "
                                         r"uint8, 2\.79 TiB: more than the 8 GiB of memory available"):
         load_npz(path)
-    monkeypatch.setattr(arrays_module, "_available_memory", lambda: 200_000)  # x_train fits, x_test no more
+    monkeypatch.setattr(hardware, "available_memory", lambda: 200_000)  # x_train fits, x_test no more
     with pytest.raises(DataError, match=r"the array x_test declares shape \(20, 32, 32, 3\) uint8, 60 KiB; 240 KiB "
                                         r"with the arrays before it: more than the 195 KiB of memory available"):
         load_npz(write_npz(tmp_path / "small.npz", small))

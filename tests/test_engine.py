@@ -4,9 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from explr.cifar10.config import TrainConfig, schedule_arrays
-from explr.cifar10.data import CifarArrays, make_synthetic
+from explr.cifar10.config import TrainConfig
+from explr.cifar10.arrays import CifarArrays
+from explr.cifar10.sources import make_synthetic
 from explr.cifar10.engine import Trainer
+from explr.cifar10.schedule import played_schedule
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 
@@ -42,7 +44,7 @@ def test_a_schedule_beyond_float64_trains_from_log_space():
     arrays = make_synthetic(n_train=400, n_test=20, seed=0)
     config = TrainConfig(schedule="texp", epochs=200, batch_size=1, depth=8, wd=1e-2, device="cpu",
                          precision="fp32", rescale_above=1.0).validate()
-    lr, _ = schedule_arrays(config, 400)
+    lr = played_schedule(config, 400).lr
     assert np.isinf(lr).any(), "the schedule's lr exceeds float64 somewhere"
     trainer = Trainer(config, arrays)
     assert trainer.schedule.log_lr.max() > 709 and np.isfinite(trainer.schedule.log_lr).all()

@@ -16,7 +16,8 @@ import torch
 from explr import PerStepLR
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.runs import load_runs, train_run
+from explr.cifar10.runfolder import load_runs
+from explr.cifar10.runs import train_run
 from explr.schedules import step_decay, texp
 
 from cifar10_helpers import CLI_TINY, TINY, edit_checkpoint, tiny_arrays, tiny_npz

@@ -15,8 +15,11 @@ import pytest
 from explr.cifar10 import files, image_folder
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.data import make_synthetic, write_image_folder
-from explr.cifar10.runs import RunError, RunLock, exit_code, handle_signals, load_runs, train_run
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.image_folder import write_image_folder
+from explr.cifar10.lock import RunError, RunLock, exit_code, handle_signals
+from explr.cifar10.runfolder import load_runs
+from explr.cifar10.runs import train_run
 
 from cifar10_helpers import CLI_TINY, TINY, deadline, tiny_arrays, tiny_npz
 

@@ -19,8 +19,11 @@ import pytest
 from PIL import Image
 
 from explr.cifar10 import image_folder as image_folder_module
-from explr.cifar10.data import CLASSES, NPZ_KEYS, DataError, arrays_sha256, load_cifar10, load_image_folder
-from explr.cifar10.data import make_synthetic, write_image_folder
+from explr.cifar10.arrays import CLASSES, NPZ_KEYS, DataError, arrays_sha256
+from explr.cifar10.sources import load_cifar10
+from explr.cifar10.image_folder import load_image_folder
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.image_folder import write_image_folder
 
 from cifar10_helpers import deadline
 

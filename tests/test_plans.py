@@ -5,7 +5,7 @@ import pytest
 
 from explr.cifar10.__main__ import build_parser
 from explr.cifar10.config import SCHEDULES, TrainConfig, config_to_argv, configs_from_args
-from explr.cifar10.plans import PAPER_SCALE, experiment_plan, paper_grid_runs, paper_scale_milestones
+from explr.cifar10.plans import PAPER_SCALE, experiment_plan, paper_scale_milestones
 from explr.cifar10.sweep import run_many
 
 from cifar10_helpers import TINY, tiny_arrays
@@ -44,12 +44,10 @@ def test_the_plans_are_chapter_6s():
     assert list(experiment_plan(4, [0], ablation=False, paper_scale=False)) == ["main"]
     uneven = experiment_plan(2, {"step": [0, 1], "texp": [0, 1, 2]}, schedules=("step", "texp"), paper_scale=False)
     assert [c.seed for c in uneven["ablation-none"]] == [0, 1, 2]
-    grid = paper_grid_runs()
-    assert {c.schedule for c in grid} == set(SCHEDULES) and all(c.milestones() == [100, 150] for c in grid)
 
 
 def test_a_passed_deadline_starts_no_run(arrays, tmp_path):
     configs = [TrainConfig(**TINY, schedule=s) for s in ("step", "texp")]
     results = run_many(configs, tmp_path, arrays=arrays, jobs=2, progress=False, deadline=time.time() - 1)
-    assert [r["status"] for r in results] == ["not started", "not started"]
+    assert [r.status for r in results] == ["not started", "not started"]
     assert not list(tmp_path.rglob("checkpoint.pt"))

@@ -1,13 +1,17 @@
-"""explr.cifar10.results: the committed results fetched from a repository archive (a local file:// URL here)."""
+"""explr.cifar10.results: the committed results fetched from a repository archive (a local file:// URL here), and
+the runs of one experiment in a results tree."""
 import io
+import json
 import random
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from explr.cifar10.results import committed_results
-import json
-from explr.cifar10 import load_runs
+from explr.cifar10.results import committed_results, experiment_runs
+from explr.cifar10.runfolder import load_runs
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def archive(tmp_path, files: dict, name="repo.tar.gz"):
@@ -80,3 +84,58 @@ def test_committed_results_come_from_the_repository_archive_when_absent(tmp_path
     with pytest.raises(FileNotFoundError, match="could not be fetched"):
         committed_results("../results/cifar10-subset", cache_dir=tmp_path / "cache3",
                           archive_url=(tmp_path / "missing.tar.gz").as_uri())
+
+
+# ----------------------------------------------------------------------------- one experiment of a results tree
+def finished_run(folder: Path, schedule: str, seed: int) -> None:
+    """A finished run of one epoch in ``folder/<schedule>/seed<seed>``: its manifest and metrics, as the engine
+    writes them."""
+    run = folder / schedule / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"config": {"schedule": schedule, "seed": seed},
+                                                   "status": "finished"}))
+    (run / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "test_acc": 0.5 + seed / 10}) + "\n")
+
+
+def pairs(runs) -> list:
+    return sorted((r["schedule"], r["seed"]) for r in runs)
+
+
+def test_an_experiment_is_its_folder_of_a_plans_tree(tmp_path):
+    for schedule in ("step", "texp"):
+        for seed in (0, 1):
+            finished_run(tmp_path / "main", schedule, seed)
+    finished_run(tmp_path / "ablation-none", "texp", 0)
+    assert pairs(experiment_runs(tmp_path, "main")) == [("step", 0), ("step", 1), ("texp", 0), ("texp", 1)]
+    assert pairs(experiment_runs(tmp_path, "main", schedules=("texp",), seeds=[1])) == [("texp", 1)]
+    assert pairs(experiment_runs(tmp_path, "ablation-none")) == [("texp", 0)]  # not main's runs
+    assert experiment_runs(tmp_path, "paper-scale") == []  # an experiment that was not trained
+    # seeds it lacks: kept out silently, or refused where a comparison must hold them all
+    assert pairs(experiment_runs(tmp_path, "ablation-none", seeds=[0, 1])) == [("texp", 0)]
+    with pytest.raises(ValueError, match=r"seeds = \[0, 2\]: \[2\] not in .*main \(it holds seeds \[0, 1\]\)"):
+        experiment_runs(tmp_path, "main", seeds=[0, 2], require_seeds=True)
+    assert pairs(experiment_runs(tmp_path, "main", seeds=[0, 1], require_seeds=True)) == pairs(
+        experiment_runs(tmp_path, "main"))
+
+
+def test_a_tree_of_the_main_comparison_alone_is_main(tmp_path):
+    """Like results/cifar10-subset: the runs at the top of the tree are main's; no other experiment is there."""
+    finished_run(tmp_path, "step", 0)
+    finished_run(tmp_path, "cosine", 3)
+    assert pairs(experiment_runs(tmp_path, "main")) == [("cosine", 3), ("step", 0)]
+    assert experiment_runs(tmp_path, "ablation-none") == []
+    with pytest.raises(ValueError, match=r"\[0\] not in"):
+        experiment_runs(tmp_path, "main", schedules=("cosine",), seeds=[0, 3], require_seeds=True)
+
+
+@pytest.mark.parametrize("tree, name", [("cifar10-full", "main"), ("cifar10-full", "ablation-none"),
+                                        ("cifar10-full", "paper-scale"), ("cifar10-subset", "main")])
+def test_the_committed_trees_experiments_are_their_folders_runs(tree, name):
+    root = RESULTS / tree
+    folder = root / name if (root / name).is_dir() else root
+    runs = experiment_runs(root, name)
+    assert runs and pairs(runs) == pairs(load_runs(folder))
+    held = sorted({seed for _, seed in pairs(runs)})
+    assert pairs(experiment_runs(root, name, seeds=held, require_seeds=True)) == pairs(runs)
+    with pytest.raises(ValueError, match="not in"):
+        experiment_runs(root, name, seeds=[*held, max(held) + 1], require_seeds=True)

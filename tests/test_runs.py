@@ -22,9 +22,12 @@ import torch
 from explr.cifar10 import files
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.data import CifarArrays, make_synthetic, write_npz
+from explr.cifar10.arrays import CifarArrays, write_npz
+from explr.cifar10.sources import make_synthetic
 from explr.cifar10.engine import TrainingDiverged
-from explr.cifar10.runs import RunError, RunLock, RunLocked, load_runs, read_metrics, train_run
+from explr.cifar10.lock import RunError, RunLock, RunLocked
+from explr.cifar10.runfolder import load_runs, read_metrics
+from explr.cifar10.runs import train_run
 from explr.models import PreResNet
 
 from cifar10_helpers import CLI_TINY, TINY, alive, edit_checkpoint, reproducible, tiny_arrays, tiny_npz
@@ -415,7 +418,8 @@ def test_the_command_line_exits_3_with_the_divergence_line(npz, tmp_path, capsys
 
 
 def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_path, monkeypatch):
-    from explr.cifar10.data import load_cifar10, write_image_folder
+    from explr.cifar10.sources import load_cifar10
+    from explr.cifar10.image_folder import write_image_folder
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the decode cache's key, not in ~/.cache
     old = os.umask(0o022)

@@ -21,10 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from explr.cifar10 import cluster, sweep
+from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.runs import lock_holder, read_metrics, run_dir, train_run
+from explr.cifar10.lock import lock_holder
+from explr.cifar10.runfolder import read_metrics, run_dir
+from explr.cifar10.runs import train_run
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
 
@@ -150,23 +152,23 @@ def time_limited(partition, npz, tmp_path_factory):
     releases it (with its five minutes back, as a requeued job that was not cut has them).
     """
     out = tmp_path_factory.mktemp("time-limit")
-    (job,) = sweep.submit([_config("texp", npz)], out, cluster="slurm", partition=partition, timeout_min=5,
+    (job,) = cluster.submit([_config("texp", npz)], out, cluster="slurm", partition=partition, timeout_min=5,
                           wait=False)
     pid = _stop_while_training(run_dir(out, "texp", 0))
     before = read_metrics(run_dir(out, "texp", 0))
-    _sh("scontrol", "update", f"JobId={job['job_id']}", "TimeLimit=1")
+    _sh("scontrol", "update", f"JobId={job.job_id}", "TimeLimit=1")
     with ThreadPoolExecutor(1) as pool:
-        yield out, before, pool.submit(_continue_after_the_signal, job["job_id"], pid, "TimeLimit=5")
+        yield out, before, pool.submit(_continue_after_the_signal, job.job_id, pid, "TimeLimit=5")
 
 
 def test_a_preempted_job_checkpoints_requeues_and_resumes_from_its_last_epoch(partition, npz, reference, tmp_path):
     """The signal SLURM sends before it preempts a job (submitit's SIGUSR2), here from ``scancel --signal``."""
-    (job,) = sweep.submit([_config("step", npz)], tmp_path, cluster="slurm", partition=partition, timeout_min=5,
+    (job,) = cluster.submit([_config("step", npz)], tmp_path, cluster="slurm", partition=partition, timeout_min=5,
                           wait=False)
     pid = _stop_while_training(run_dir(tmp_path, "step", 0))
     before = read_metrics(run_dir(tmp_path, "step", 0))
-    _sh("scancel", "--signal=USR2", job["job_id"])
-    _continue_after_the_signal(job["job_id"], pid)
+    _sh("scancel", "--signal=USR2", job.job_id)
+    _continue_after_the_signal(job.job_id, pid)
     _resumed_exactly(tmp_path, "step", before, reference)
 
 

@@ -8,7 +8,8 @@ from explr.cifar10 import load_runs, run_many
 from explr.cifar10 import sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.data import make_synthetic, write_npz
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.arrays import write_npz
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
 from cifar10_helpers import CLI_TINY, tiny_arrays
@@ -41,7 +42,7 @@ def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
     configs = [TrainConfig(schedule="step", seed=s, data=str(tmp_path / "gone.npz"), epochs=1, batch_size=32, depth=8,
                            threads=1, eval_batch_size=64) for s in (0, 1)]
     results = run_many(configs, tmp_path / "out", arrays=arrays, jobs=2, progress=False)
-    assert [r["status"] for r in results] == ["finished", "finished"]
+    assert [r.status for r in results] == ["finished", "finished"]
     for r in load_runs(tmp_path / "out"):
         assert r["manifest"]["data"]["sha256"] == arrays.sha256 and r["manifest"]["config"]["data"] == "gone.npz"
 

@@ -10,10 +10,16 @@ import torch
 import explr.cifar10.sources
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.data import write_cifar_batches
-from explr.cifar10.runs import METRIC_KEYS, RunError, load_runs, read_metrics, train_run
+from explr.cifar10.sources import write_cifar_batches
+from explr.cifar10.runs import TIMING_KEYS, train_run
+from explr.cifar10.lock import RunError
+from explr.cifar10.runfolder import load_runs, read_metrics
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
+
+#: the rows of metrics.jsonl, as the README documents them (Trainer.epoch_metrics, then the run's timings).
+METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
+               "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -26,7 +32,7 @@ def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays,
     assert main(["--schedule", "texp", "--data", npz, "--out", str(tmp_path / "a"), *CLI_TINY]) == 0
     out = tmp_path / "a" / "texp" / "seed0"
     rows = read_metrics(out)
-    assert [r["epoch"] for r in rows] == [1, 2, 3] and set(rows[0]) == set(METRIC_KEYS)
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and set(rows[0]) == set(METRIC_KEYS + TIMING_KEYS)
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]  # it learns
     for r in rows:
         assert np.isclose(r["effective_lr"], r["lr"] / r["weight_norm"] ** 2, rtol=1e-9)

@@ -1,60 +1,73 @@
 """The CIFAR-10 engine: Li & Arora's (ICLR 2020, Sec. 5) schedules on a scale-invariant PreResNet, resumable runs.
 
-Modules, each one concern:
+Modules, each one concern, from the settings up to the command line:
 
 * :mod:`~explr.cifar10.config` -- :class:`TrainConfig`, every setting declared once (CLI, ``config_to_argv``,
-  validation and resume checks come from it), and the five schedules (:func:`~explr.cifar10.config.played_schedule`
-  builds and checks one, an :class:`~explr.schedules.EquivalentSchedule` or a :class:`~explr.schedules.PlainSchedule`;
-  :func:`schedule_arrays` its per-step lr and wd);
-* :mod:`~explr.cifar10.plans` -- the named experiment plans (main, ablation, paper-scale, the 200-epoch grid);
+  validation and resume checks come from it);
+* :mod:`~explr.cifar10.schedule` -- the five schedules a config plays (:func:`played_schedule`: an
+  :class:`~explr.schedules.EquivalentSchedule` or a :class:`~explr.schedules.PlainSchedule`, with ``.lr`` and
+  ``.wd`` per step), built and checked once;
+* :mod:`~explr.cifar10.plans` -- the named experiment plans (main, ablation, paper-scale);
+* :mod:`~explr.cifar10.hardware` -- device, precision, the CPUs and memory really available, one GPU per worker;
+* :mod:`~explr.cifar10.files` -- atomic writes, leftover temporary files, whether a writer lives;
 * :mod:`~explr.cifar10.arrays` -- :class:`CifarArrays`, :class:`DataError`, ``.npz`` and the decode cache;
-  :mod:`~explr.cifar10.sources` -- :func:`load_cifar10` (download, python batches), :func:`make_synthetic`;
   :mod:`~explr.cifar10.image_folder` -- image-folder trees and their archives;
-* :mod:`~explr.cifar10.data` -- the device-resident augmenting sampler (and every loading name, re-exported);
+  :mod:`~explr.cifar10.sources` -- :func:`load_cifar10` (every source of ``--data``), :func:`make_synthetic`;
+* :mod:`~explr.cifar10.data` -- the device-resident augmenting sampler;
 * :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`: epochs as ``EpochState``, its
-  ``epoch_metrics()`` and ``describe()``) and divergence;
+  ``epoch_metrics()`` and ``describe()``), divergence and the checks of what a resume reads of a checkpoint;
+* :mod:`~explr.cifar10.status` -- :class:`Status`, how a run stands or ended, with its exit code;
+  :mod:`~explr.cifar10.lock` -- a run folder's lock, the signals that end a run and its errors;
 * :mod:`~explr.cifar10.runfolder` -- one run folder on disk: manifest, metrics, checkpoint (with its sha256),
-  the checks before anything is written; :mod:`~explr.cifar10.lock` -- its lock, signals and errors;
-* :mod:`~explr.cifar10.runs` -- training one run into its folder: resume, epochs, progress; ``RunSummary``;
+  the checks before anything is written, :func:`load_runs`;
+* :mod:`~explr.cifar10.runs` -- training one run into its folder (:func:`train_run`: resume, epochs, progress)
+  and :class:`RunResult`, what became of a run;
 * :mod:`~explr.cifar10.preflight` -- every run of a sweep checked before anything starts;
 * :mod:`~explr.cifar10.sweep` -- many runs: trained here or in worker processes (one pool, a deadline);
   :mod:`~explr.cifar10.cluster` -- as submitit jobs, on SLURM;
-* :mod:`~explr.cifar10.hardware` -- device, precision, the CPUs really available, one GPU per worker;
-* :mod:`~explr.cifar10.files` -- atomic writes; :mod:`~explr.cifar10.results` -- the committed results;
+* :mod:`~explr.cifar10.results` -- the committed results (:func:`committed_results`) and the runs of one
+  experiment in them (:func:`experiment_runs`);
 * ``python -m explr.cifar10`` (:mod:`~explr.cifar10.__main__`) -- the command line.
 
-The maths modules below (``explr.schedules``, ``lr_scheduler``, ``invariance``, ``models``, ...) import
-nothing from here.
+Every other name is imported from the module that defines it.  The maths modules below (``explr.schedules``,
+``lr_scheduler``, ``invariance``, ``models``, ...) import nothing from here.
 """
-from .config import SCHEDULES, TrainConfig, default_decay_epochs, schedule_arrays
-from .data import CifarArrays, DataError, load_cifar10, make_synthetic
+from .arrays import CifarArrays, DataError
+from .cluster import submit
+from .config import SCHEDULES, TrainConfig, default_decay_epochs
 from .engine import Trainer, TrainingDiverged
-from .results import committed_results
+from .lock import RunError
 from .plans import experiment_plan
-from .runs import METRIC_KEYS, RunError, RunResult, load_runs, read_metrics, run_dir, train_run
-from .sweep import run_many, run_plan, submit
+from .results import committed_results, experiment_runs
+from .runfolder import load_runs, read_metrics, run_dir
+from .runs import RunResult, train_run
+from .schedule import played_schedule
+from .sources import load_cifar10, make_synthetic
+from .status import Status
+from .sweep import run_many, run_plan
 
 __all__ = [
     "SCHEDULES",
-    "METRIC_KEYS",
     "CifarArrays",
     "DataError",
     "RunError",
     "RunResult",
+    "Status",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",
     "committed_results",
     "default_decay_epochs",
     "experiment_plan",
+    "experiment_runs",
     "load_cifar10",
     "load_runs",
     "make_synthetic",
+    "played_schedule",
     "read_metrics",
     "run_dir",
     "run_many",
     "run_plan",
-    "schedule_arrays",
     "submit",
     "train_run",
 ]

@@ -8,9 +8,9 @@ metrics.jsonl, checkpoint.pt; see :mod:`explr.cifar10.runs`).  ``--resume`` cont
 runs, skips finished ones and starts missing ones, so the same command can simply be run again.
 The training options come from :class:`explr.cifar10.config.TrainConfig`'s fields; ``--help`` lists them.
 
-Exit codes: 0 every run finished; 2 bad settings, data or run folders (one line, nothing written);
-3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker or cluster job
-failed; 6 the disk filled up (one line; the run says "interrupted" if its manifest could still be
+Exit codes (:class:`~explr.cifar10.status.Status`): 0 every run finished; 2 bad settings, data or run folders
+(one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
+or cluster job failed; 6 the disk filled up (one line; the run says "interrupted" if its manifest could still be
 written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
 them).
 
@@ -25,14 +25,14 @@ import os
 import sys
 
 from ..params import Int
+from .cluster import check_launcher, submit
 from .config import FOLDER, add_config_arguments, argument_type, configs_from_args
+from .lock import DiskFull, exit_code, handle_signals
 from .runfolder import MANIFEST, run_dir
-from .runs import EXIT_DISK_FULL, DiskFull, exit_code, handle_signals
-from .sweep import EXIT_DIVERGED, EXIT_LOCKED, check_launcher, run_many, submit
+from .status import Status
+from .sweep import run_many
 
 __all__ = ["main", "build_parser"]
-
-EXIT_FAILED = 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,14 +128,14 @@ def main(argv=None) -> int:
             parser.error(str(err))
         except DiskFull as err:
             print(err, file=sys.stderr)
-            return EXIT_DISK_FULL
+            return Status.DISK_FULL.exit_code
         except KeyboardInterrupt as err:
             started = _manifest_times(configs, args.out) != manifests
             print("interrupted; the runs keep their last checkpoints: rerun with --resume" if started else
                   "interrupted before any run started (while loading the data or checking the runs): rerun the same "
                   "command", file=sys.stderr)
             return exit_code(err)
-    return _report(configs, results)
+    return _report(configs, results, submitted=args.launcher == "submitit" and not args.wait)
 
 
 def _manifest_times(configs, out) -> dict:
@@ -147,22 +147,23 @@ def _manifest_times(configs, out) -> dict:
     return times
 
 
-def _report(configs, results) -> int:
-    if results and "job_id" in results[0]:  # --no-wait: the submitted jobs, and the runs not submitted
+def _report(configs, results, submitted: bool = False) -> int:
+    """One line per run; the largest exit code of their statuses.  ``submitted``: the jobs of ``--no-wait``, and
+    the runs not submitted."""
+    if submitted:
         for c, r in zip(configs, results):
-            what = f"job {r['job_id']}" if r["job_id"] is not None else f"not submitted: {r['status']}"
-            print(f"{c.schedule + ' seed ' + str(c.seed):<28} {what}  {r['out']}")
+            what = f"job {r.job_id}" if r.job_id is not None else f"not submitted: {r.status}"
+            print(f"{c.schedule + ' seed ' + str(c.seed):<28} {what}  {r.out}")
         return 0
     print(f"{'run':<28} {'status':<12} {'epochs':>6} {'test acc':>9}")
-    codes = {"diverged": EXIT_DIVERGED, "locked": EXIT_LOCKED, "failed": EXIT_FAILED, "disk full": EXIT_DISK_FULL}
     worst = 0
     for c, r in zip(configs, results):
-        final = r.get("final") or {}
+        final = r.final or {}
         acc = f"{final['test_acc']:.4f}" if final else "-"
-        print(f"{c.schedule + ' seed ' + str(c.seed):<28} {r['status']:<12} {final.get('epoch', '-'):>6} {acc:>9}")
-        if r["status"] in codes:
-            print(f"  {r['message']}", file=sys.stderr)
-            worst = max(worst, codes[r["status"]])
+        print(f"{c.schedule + ' seed ' + str(c.seed):<28} {r.status:<12} {final.get('epoch', '-'):>6} {acc:>9}")
+        if r.status.exit_code:
+            print(f"  {r.message}", file=sys.stderr)
+            worst = max(worst, r.status.exit_code)
     return worst
 
 

@@ -1,7 +1,7 @@
 """CIFAR-10 in memory and on disk as arrays: :class:`CifarArrays` (checksum, channel statistics), the checks
 every source passes (:class:`DataError`, one line saying how to get the data), the ``.npz`` format
 (:func:`load_npz`: every ``.npy`` header checked before anything is allocated, no pickles; :func:`write_npz`)
-and the decode cache of image folders.  :mod:`explr.cifar10.data` re-exports the public names.
+and the decode cache of image folders.
 
 The decode cache is a ``.npz`` of the decoded arrays and their *seal*: an HMAC-SHA256, under a secret key of
 this user (:func:`cache_key`), of the arrays' checksum, the source's sha256 and the decoder's version.  A
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import hardware
 from .files import atomic_write
 
 
@@ -162,23 +163,6 @@ def _size(n: int) -> str:
     return f"{value:.3g} {unit}"
 
 
-def _available_memory() -> int:
-    """Bytes of memory that can be allocated now: psutil's ``available`` if psutil is installed, else
-    ``MemAvailable`` of ``/proc/meminfo``, else the physical memory."""
-    try:
-        import psutil
-    except ImportError:
-        pass
-    else:
-        return int(psutil.virtual_memory().available)
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 # ----------------------------------------------------------------------------- validation
 def _check_split(name: str, x, y, source: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(x), np.asarray(y)
@@ -213,8 +197,11 @@ def _npy_header(path: Path, zf: zipfile.ZipFile, key: str) -> tuple[tuple, np.dt
 
 
 def _check_fits_in_memory(path: Path, headers: dict) -> None:
-    """Refuse a ``.npz`` whose arrays, as their headers declare them, need more than the memory available."""
-    available, total = _available_memory(), 0
+    """Refuse a ``.npz`` whose arrays, as their headers declare them, need more than the memory available
+    (:func:`~explr.cifar10.hardware.available_memory`; nothing is refused where it is unknown)."""
+    available, total = hardware.available_memory(), 0
+    if available is None:
+        return
     for key, (shape, dtype) in headers.items():
         size = math.prod(shape) * dtype.itemsize
         total += size

@@ -7,12 +7,10 @@ submitting the same sweep again with ``--resume`` is idempotent: finished runs a
 that jobs still hold are reported "locked", neither submitted again.  SLURM is asked first whether it
 would run the jobs at all (:func:`check_slurm`), and :func:`check_launcher` refuses options that the
 chosen launcher would ignore.
-
-:mod:`explr.cifar10.sweep` re-exports :func:`submit`, :func:`check_launcher`, :func:`check_slurm` and
-:class:`RunJob`.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -20,9 +18,11 @@ import time
 from pathlib import Path
 
 from .config import TrainConfig
-from .engine import TrainingDiverged
+from .lock import RunLocked
 from .preflight import prepare
-from .runs import RunError, RunLocked, RunSummary, run_dir, summary, train_run
+from .runfolder import run_dir
+from .runs import SWEEP_GOES_ON, RunResult, train_run
+from .status import Status
 
 __all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
 
@@ -56,13 +56,11 @@ class RunJob:
     def __init__(self, config: TrainConfig, folder: str, resume: bool):
         self.config, self.folder, self.resume = config, folder, resume
 
-    def __call__(self) -> dict:
+    def __call__(self) -> RunResult:
         try:
-            return summary(train_run(self.config, self.folder, resume=self.resume, progress=False))
-        except TrainingDiverged as err:
-            return RunSummary(self.folder, "diverged", None, str(err)).as_dict()
-        except RunError as err:
-            return RunSummary.taken(self.folder, err).as_dict()
+            return train_run(self.config, self.folder, resume=self.resume, progress=False)
+        except SWEEP_GOES_ON as err:
+            return RunResult.of_error(self.folder, err)
 
     def checkpoint(self, *args, **kwargs):
         """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint."""
@@ -103,15 +101,16 @@ def check_slurm(flags: list[str]) -> None:
 
 def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
            folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
-           account: str | None = None, cpus_per_run: int | None = None) -> list[dict]:
+           account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
     """Check the sweep (:func:`prepare`), then submit each run as one job of a submitit job array.
 
     ``cluster``: ``"slurm"`` or ``"local"`` (submitit's local executor: subprocesses of this machine).  On
     SLURM the request (partition, account, GPUs, CPUs, time) is checked first (:func:`check_slurm`).
     ``folder``: submitit's logs and pickles (default ``<out>/.submitit``; files ``<job id>_...``).
     With ``resume``, finished runs are skipped and runs held by a live process (a job still running) are
-    reported "locked"; neither is submitted.  ``wait=True`` waits for every job and returns one summary
-    per run; otherwise returns at once, with ``job_id`` (None for a run not submitted) in each.  SIGINT
+    reported "locked"; neither is submitted.  ``wait=True`` waits for every job and returns one
+    :class:`~explr.cifar10.runs.RunResult` per run; otherwise returns at once, with the ``job_id`` of each run
+    submitted (status "submitted"; ``None`` for a run not submitted).  SIGINT
     or SIGTERM while waiting cancels the jobs of ``cluster="local"`` (they end with this process);
     SLURM jobs keep running.
     """
@@ -145,18 +144,19 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
             submitted = [executor.submit(RunJob(configs[i], dirs[i], resume)) for i in todo]
         jobs = dict(zip(todo, submitted))
     if not wait:
-        return [{**(r or RunSummary(dirs[i], "submitted").as_dict()),
-                 "job_id": jobs[i].job_id if i in jobs else None} for i, r in enumerate(results)]
+        return [r or RunResult(Path(dirs[i]), Status.SUBMITTED, job_id=jobs[i].job_id) for i, r in enumerate(results)]
     for i, r in _wait_for(jobs, dirs, cluster).items():
         results[i] = r
     return results
 
 
-def _skipped(folder: str, check) -> dict | None:
-    """The summary of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
+def _skipped(folder: str, check) -> RunResult | None:
+    """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
     if isinstance(check, RunLocked):
-        return RunSummary(folder, "locked", None, str(check)).as_dict()
-    return RunSummary.from_folder(folder).but(status="finished").as_dict() if check.state == "finished" else None
+        return RunResult.of_error(folder, check)
+    if check.state == "finished":
+        return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
+    return None
 
 
 #: SLURM job states (``squeue -o %T``) of a job that may still produce a result.
@@ -165,7 +165,7 @@ _RUNNING = {"CONFIGURING", "COMPLETING", "PENDING", "REQUEUED", "REQUEUE_FED", "
 
 
 def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
-    """{index: summary} of every job, when all have ended; a job that failed is status "failed" with its error.
+    """{index: result} of every job, when all have ended; a job that failed is status "failed" with its error.
 
     A SLURM job has ended when its result file is there, or when ``squeue`` has said for 10 s that it ended
     without one (cancelled, killed).  (submitit would ask ``sacct``, which clusters without accounting, such
@@ -216,15 +216,15 @@ def _squeue_states(job_ids: list[str]) -> dict:
     return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
 
 
-def _outcome(folder: str, job) -> dict:
+def _outcome(folder: str, job) -> RunResult:
     try:
         return job.result()
     except Exception as err:  # the job failed: submitit re-raises its error with the job's traceback
         return _failed(folder, job, _last_error_line(str(err)) or type(err).__name__)
 
 
-def _failed(folder: str, job, message: str) -> dict:
-    return RunSummary(folder, "failed", None, f"job {job.job_id}: {message}").as_dict()
+def _failed(folder: str, job, message: str) -> RunResult:
+    return RunResult(Path(folder), Status.FAILED, None, f"job {job.job_id}: {message}")
 
 
 def _last_error_line(text: str) -> str:

@@ -1,39 +1,29 @@
-"""Every setting of a CIFAR-10 run, declared once: :class:`TrainConfig` and the schedule it defines.
+"""Every setting of a CIFAR-10 run, declared once: :class:`TrainConfig`, and the command line made from it.
 
 Each field of :class:`TrainConfig` carries its help text, its rule (type and valid range), its group
 and whether it changes the trajectory, in ``dataclasses.field(metadata=...)``.  From that one
 declaration come the command-line parser (:func:`add_config_arguments`: ``--`` + the field name
 with ``-``), the validation (:meth:`TrainConfig.validate`), the settings a resumed run must agree
-on (:data:`TRAJECTORY_KEYS`, and :data:`RESOLVED_KEYS` compared by their resolved value) and the
-benchmark's options.  Adding an option means adding one field here.
+on (:data:`TRAJECTORY_KEYS`, and :data:`RESOLVED_KEYS` compared by their resolved value), the flags of a
+config (:func:`config_to_argv`) and the benchmark's options.  Adding an option means adding one field here.
 
-The five schedules (:data:`SCHEDULES`), for base lr η₀, weight decay λ, momentum γ, E epochs of S steps
-(:func:`schedule_arrays`):
-
-* ``step``        -- step decay (η₀, ×``decay_factor`` at ``decay_epochs``) with weight decay λ;
-* ``texp``        -- its exact weight-decay-free equivalent, TEXP (Li & Arora 2020, Theorem 2.12, with
-                     the momentum corrections of :func:`explr.schedules.texp`), no weight decay;
-* ``texp--``      -- TEXP-- (Sec. 5): TEXP without the instant LR drops, no weight decay;
-* ``cosine``      -- cosine annealing per epoch, η_e = η₀(1 + cos(πe/E))/2, with weight decay λ;
-* ``cosine-texp`` -- TEXP of that per-epoch cosine (one phase per epoch, corrections on): the
-                     paper's cosine/exponential hybrid, no weight decay.
+The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.schedule`.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
-
 import torch
 
 from ..lr_scheduler import max_rescale_above
-from ..params import Choice, Flag, Float, Int, Text
-from ..schedules import CORRECTIONS, PlainSchedule, Schedule, cosine, step_decay, texp, texp_minus_minus
-from . import hardware
+from ..params import Choice, Flag, Float, Int, Numbers, Text
+from ..per_step import check_milestones
+from ..schedules import CORRECTIONS
 
 __all__ = [
     "SCHEDULES",
@@ -50,7 +40,6 @@ __all__ = [
     "MAX_DEVICE_INDEX",
     "BN_EPS_MAX",
     "FOLDER",
-    "SCHEDULE_BYTES_PER_STEP",
     "TRAJECTORY_KEYS",
     "RESOLVED_KEYS",
     "TrainConfig",
@@ -59,11 +48,7 @@ __all__ = [
     "configs_from_args",
     "config_to_argv",
     "default_decay_epochs",
-    "check_lr_range",
-    "check_schedule_memory",
-    "played_schedule",
-    "rescale_limit",
-    "schedule_arrays",
+    "milestones_at",
 ]
 
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
@@ -87,7 +72,7 @@ MAX_SEED = 2**64 - 1
 MAX_DEPTH = 1202
 #: the most CPU threads a run may ask for: more than the hardware threads of any one machine today (two 192-core
 #: CPUs with SMT have 768), and ``torch.set_num_threads`` takes a C int.  Beyond the CPUs this process may use
-#: (:func:`hardware.available_cpus`) threads only wait for one another.
+#: (:func:`explr.cifar10.hardware.available_cpus`) threads only wait for one another.
 MAX_THREADS = 1024
 #: the largest N of ``cuda:N``: torch keeps a device index in 8 bits (``torch.device("cuda:128")`` is cuda:-128).
 MAX_DEVICE_INDEX = 127
@@ -98,14 +83,15 @@ MAX_DEVICE_INDEX = 127
 BN_EPS_MAX = 0.1
 #: the rule of a folder setting (``--data-root``, the CLI's ``--out``).
 FOLDER = Text("a folder")
-#: bytes per step of building and playing a schedule, at its peak (measured: 186 for step, 120 for texp).
-SCHEDULE_BYTES_PER_STEP = 256
+#: where step decay multiplies the lr by default: at 50 % and 75 % of training (He et al. 2016's CIFAR recipe).
+DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 
 
 # ----------------------------------------------------------------------------- rules of a value (explr.params)
 @dataclass(frozen=True)
 class Device:
-    """A device name the engine trains on; whether it is available here is :func:`hardware.resolve_device`'s check."""
+    """A device name the engine trains on; whether it is available here is
+    :func:`explr.cifar10.hardware.resolve_device`'s check."""
 
     index = Int(0, maximum=MAX_DEVICE_INDEX)
 
@@ -119,25 +105,6 @@ class Device:
 
     def parse(self, text: str):
         return text
-
-
-@dataclass(frozen=True)
-class Milestones:
-    """A strictly increasing list of epochs (checked against ``epochs`` by :meth:`TrainConfig.validate`).
-
-    The command line takes it as several values, each parsed and checked by :attr:`item`; the whole list
-    is checked once, by :meth:`TrainConfig.validate`."""
-
-    item = Int(1)
-
-    def rule(self) -> str:
-        return "strictly increasing integers in [1, epochs - 1]"
-
-    def ok(self, v) -> bool:
-        if not isinstance(v, (list, tuple)):
-            return False
-        ms = list(v)
-        return all(self.item.ok(m) for m in ms) and all(b > a for a, b in zip(ms, ms[1:]))
 
 
 def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
@@ -183,8 +150,8 @@ class TrainConfig:
                               Int(1), "optimisation", trajectory=True)
     decay_epochs: tuple | None = setting(
         None, "epochs where step decay multiplies the lr by --decay-factor (default: 50%% and 75%% of --epochs, "
-        "i.e. 100 150 for 200); give none for a constant lr", Milestones(), "optimisation", trajectory=True,
-        optional=True)
+        "i.e. 100 150 for 200); give none for a constant lr", Numbers(Int(1), min_len=0), "optimisation",
+        trajectory=True, optional=True)
     decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation",
                                   trajectory=True)
     corrections: str = setting("all", "momentum corrections of TEXP at phase starts: all (exact), start, none",
@@ -235,9 +202,11 @@ class TrainConfig:
                 continue
             if not meta["rule"].ok(value):
                 raise ValueError(f"{f.name} ({flag(f.name)}) must be {meta['rule'].rule()}; got {value!r}")
-        if self.decay_epochs is not None and self.decay_epochs and self.decay_epochs[-1] >= self.epochs:
-            raise ValueError(f"decay_epochs (--decay-epochs) must be strictly increasing integers in [1, epochs - 1] "
-                             f"= [1, {self.epochs - 1}]; got {list(self.decay_epochs)!r}")
+        if self.decay_epochs is not None:
+            try:
+                check_milestones(self.decay_epochs, self.epochs)
+            except ValueError as err:
+                raise ValueError(f"decay_epochs ({flag('decay_epochs')}): {err}") from None
         if self.schedule in EXPONENTIAL and not self.invariant:
             raise ValueError(
                 f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
@@ -259,87 +228,15 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def milestones_at(epochs: int, fractions) -> list[int]:
+    """The epochs round(f · ``epochs``) for each fraction f (exact: ``fractions.Fraction``), once each, those in
+    [1, epochs - 1] (a decay at epoch 0 or at the end would change nothing)."""
+    return sorted({m for m in (round(Fraction(f) * epochs) for f in fractions) if 1 <= m <= epochs - 1})
+
+
 def default_decay_epochs(epochs: int) -> list[int]:
-    """Step-decay milestones at 50 % and 75 % of training ([100, 150] for 200 epochs)."""
-    return sorted({m for m in (round(0.5 * epochs), round(0.75 * epochs)) if 1 <= m <= epochs - 1})
-
-
-def schedule_arrays(config: TrainConfig, steps_per_epoch: int):
-    """Per-step (lr, wd) arrays of ``config.schedule`` (module docstring): ``.lr`` and ``.wd`` of
-    :func:`played_schedule`, for plots and checks.
-
-    An exponential schedule's lr is ``inf`` where it exceeds float64 (a long run at a large weight decay);
-    training plays :func:`played_schedule`, which keeps such schedules in log space.
-    """
-    played = played_schedule(config, steps_per_epoch)
-    return played.lr, played.wd
-
-
-def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
-    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``, built and checked here, once: the
-    :class:`~explr.schedules.EquivalentSchedule` of an exponential schedule (log space, never overflows), or the
-    :class:`~explr.schedules.PlainSchedule` of ``step`` and ``cosine``.
-
-    Raises ``ValueError`` naming the flag for a schedule that does not fit in memory
-    (:func:`check_schedule_memory`), an lr the optimizer would play below float32's normal range
-    (:func:`check_lr_range`) or a ``rescale_above`` not above the first lr of an exponential schedule."""
-    c = config
-    E, S = c.epochs, steps_per_epoch
-    check_schedule_memory(c, S)
-    if c.schedule in ("step", "texp", "texp--"):
-        base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
-    else:
-        base = cosine(c.lr, E, S, per="epoch")
-    if c.schedule in ("step", "cosine"):
-        played = PlainSchedule(base, np.full(len(base), float(c.wd)), name=c.schedule)
-    elif c.schedule == "texp--":
-        played = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
-    else:
-        played = texp(base, c.wd, c.momentum, corrections=c.corrections)
-    check_lr_range(c, played, S)
-    first = float(np.exp(played.log_lr[0]))
-    if rescale_limit(c) is not None and not c.rescale_above > first:
-        raise ValueError(f"rescale_above (--rescale-above) must exceed the first lr {first:g} of the {c.schedule} "
-                         f"schedule; got {c.rescale_above:g}")
-    return played
-
-
-def rescale_limit(config: TrainConfig) -> float | None:
-    """The ``rescale_above`` that :class:`~explr.lr_scheduler.PerStepLR` plays ``config``'s schedule with:
-    ``config.rescale_above`` for the exponential schedules, ``None`` for ``step`` and ``cosine`` (which never
-    rise above ``lr`` and are never rescaled)."""
-    return config.rescale_above if config.schedule in EXPONENTIAL else None
-
-
-def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
-    """Raise ``ValueError`` naming ``--epochs`` if the per-step schedule of ``config`` (epochs × steps per
-    epoch × :data:`SCHEDULE_BYTES_PER_STEP`) exceeds the memory available (:func:`hardware.available_memory`)."""
-    need, available = config.epochs * steps_per_epoch * SCHEDULE_BYTES_PER_STEP, hardware.available_memory()
-    if available is not None and need > available:
-        raise ValueError(f"epochs (--epochs) {config.epochs}: the per-step schedule of {config.epochs} epochs x "
-                         f"{steps_per_epoch} steps needs {need / 2**30:.3g} GiB of memory, more than the "
-                         f"{available / 2**30:.3g} GiB available here; lower --epochs or raise --batch-size")
-
-
-def check_lr_range(config: TrainConfig, played: Schedule, steps_per_epoch: int) -> None:
-    """Raise ``ValueError`` naming ``--lr`` if an lr the optimizer plays can fall below :data:`LR_MIN`.
-
-    ``step`` and ``cosine`` play their lr as it is; they never rise above ``lr`` (≤ :data:`LR_MAX`).  An
-    exponential schedule is played as lr_k·R_k, R the rescaling factor: a rescaling at step j sets
-    lr_j·R into (lr_0/4, lr_0], so R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j)), which bounds the played lr from
-    below; from above, ``rescale_above`` ≤ :data:`RESCALE_ABOVE_MAX` bounds it."""
-    rescaled = rescale_limit(config) is not None
-    log_lr = played.log_lr  # -inf where an lr underflowed to 0 (decay factors of 1e-300)
-    if rescaled:
-        log_low = log_lr + np.minimum(0.0, log_lr[0] - math.log(4.0) - np.maximum.accumulate(log_lr))
-    else:
-        log_low = log_lr
-    k = int(np.argmin(log_low))
-    if log_low[k] < math.log(LR_MIN):
-        played_as = "lr as the optimizer plays it (rescaled)" if rescaled else "lr"
-        raise ValueError(f"lr (--lr) {config.lr:g}: the {config.schedule} schedule's {played_as} falls to "
-                         f"{math.exp(log_low[k]):.3g} in epoch {k // steps_per_epoch + 1}, below float32's smallest "
-                         f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")
+    """Step-decay milestones at :data:`DEFAULT_DECAY_AT`, 50 % and 75 % of training ([100, 150] for 200 epochs)."""
+    return milestones_at(epochs, DEFAULT_DECAY_AT)
 
 
 # ----------------------------------------------------------------------------- the command line, from the fields
@@ -380,7 +277,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None
                 kwargs.update(choices=rule.choices, metavar="{" + ",".join(rule.choices) + "}")
             if many:
                 kwargs["nargs"] = "+"
-            elif isinstance(rule, Milestones):  # each value an epoch; validate() checks the whole list
+            elif isinstance(rule, Numbers):  # each value parsed and checked; validate() checks the whole list
                 kwargs.update(nargs="*", metavar="E", type=argument_type(f.name, rule.item))
         group.add_argument(flag(f.name), dest=f.name, **kwargs)
 

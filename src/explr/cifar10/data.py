@@ -1,32 +1,8 @@
-"""CIFAR-10 for the training engine: the device-resident sampler, and every name of loading re-exported.
+"""CIFAR-10 on the training device: :class:`DeviceData`, the augmenting sampler, and :class:`EpochPlan`.
 
-Loading lives in three modules, whose public names are importable from here too: :mod:`~explr.cifar10.arrays`
-(:class:`CifarArrays`, :class:`DataError`, the ``.npz`` format and the decode cache),
-:mod:`~explr.cifar10.sources` (:func:`load_cifar10`, the download, CIFAR-10's python batches,
-:func:`make_synthetic`) and :mod:`~explr.cifar10.image_folder` (image-folder trees and their archives).
-
-Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
-
-* ``"auto"`` -- the real CIFAR-10 (Krizhevsky 2009).  If ``<root>/cifar-10-batches-py`` is absent, the
-  archive is downloaded with torchvision's ``download_url`` into ``root`` and md5-checked before it is
-  extracted; every python batch is md5-checked against the official table (:data:`CIFAR10_FILES_MD5`)
-  *before* it is unpickled, and the unpickler only accepts the few numpy globals an array needs.
-* a directory holding ``cifar-10-batches-py/`` or the batch files themselves (same checks);
-* a ``.npz`` file with ``x_train, y_train, x_test, y_test`` (images uint8 ``(N, 32, 32, 3)`` HWC RGB,
-  labels integers in 0..9), read with ``np.load(allow_pickle=False)`` after every ``.npy`` header has
-  been checked (readable, no pickle, the declared sizes within the memory available);
-* an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 RGB PNG or JPEG files, class
-  folders named after CIFAR-10's classes, labels in sorted class-name order), or a ``.tar``, ``.tar.gz``
-  or ``.tgz`` holding one (at its top level or under one folder; the archive is streamed, and only its
-  image members are read).  Only regular files of at most :data:`MAX_IMAGE_BYTES` are read, and links
-  only where they stay inside the tree.  It is decoded once with Pillow and the uint8 arrays are cached
-  in ``<data_root>/cache/`` under the source's sha256, sealed with an HMAC of the arrays, the source and the
-  decoder's version under a key of this user (:mod:`~explr.cifar10.arrays`; verified on load: a damaged,
-  mismatched or forged cache is rebuilt), so later runs load in about a second;
-* ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
-
-Bad data is one :class:`DataError` line (a ``ValueError``: the CLI prints it and exits with code 2)
-naming the file, tar member or array, and nothing is created.
+Loading the arrays is :mod:`~explr.cifar10.sources`' (:func:`~explr.cifar10.sources.load_cifar10`), with
+:mod:`~explr.cifar10.arrays` (:class:`~explr.cifar10.arrays.CifarArrays`, ``.npz``, the decode cache) and
+:mod:`~explr.cifar10.image_folder` (image-folder trees and their archives).
 
 :class:`DeviceData` keeps the whole dataset on the training device as uint8 and produces normalised,
 augmented batches there (random 32×32 crop of the zero-padded 40×40 image, horizontal flip with
@@ -41,34 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .arrays import CIFAR10_ARCHIVE_MD5, CIFAR10_URL, CLASSES, NPZ_KEYS, CifarArrays, DataError, arrays_sha256
-from .arrays import load_npz, write_npz
-from .image_folder import MAX_IMAGE_BYTES, load_image_folder, write_image_folder
-from .sources import (CIFAR10_FILES_MD5, download_cifar10, load_cifar10, make_synthetic, read_cifar_batches,
-                      write_cifar_batches)
+from .arrays import CifarArrays
 
-__all__ = [
-    "CLASSES",
-    "MAX_IMAGE_BYTES",
-    "NPZ_KEYS",
-    "DataError",
-    "arrays_sha256",
-    "CIFAR10_URL",
-    "CIFAR10_ARCHIVE_MD5",
-    "CIFAR10_FILES_MD5",
-    "CifarArrays",
-    "DeviceData",
-    "EpochPlan",
-    "download_cifar10",
-    "load_cifar10",
-    "load_image_folder",
-    "load_npz",
-    "make_synthetic",
-    "read_cifar_batches",
-    "write_cifar_batches",
-    "write_image_folder",
-    "write_npz",
-]
+__all__ = ["DeviceData", "EpochPlan"]
 
 
 # ----------------------------------------------------------------------------- on-device sampler

@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,13 +32,15 @@ from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
 from ..params import Float, Text
-from .config import TrainConfig, played_schedule, rescale_limit
-from .data import CifarArrays, DeviceData, EpochPlan
-from .hardware import resolve_device, resolve_precision
+from .arrays import CifarArrays
+from .config import TrainConfig
+from .data import DeviceData, EpochPlan
+from .hardware import param_dtype, resolve_device, resolve_precision
 from .lock import RunError
+from .schedule import played_schedule, rescale_limit
 
 __all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged", "check_checkpoint", "check_metrics_file",
-           "check_progress", "param_dtype"]
+           "check_progress"]
 
 #: a finite mean training loss above EXPLODED × the initial one counts as diverged.
 EXPLODED = 100.0
@@ -91,8 +92,8 @@ class Trainer:
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
         #: what the scheduler plays (``.log_lr``: ln of the schedule's lr, beyond float64's range if need be)
+        limit = rescale_limit(c)
         self.schedule = played_schedule(c, self.steps_per_epoch)
-        first_lr = float(np.exp(self.schedule.log_lr[0]))
         if model is None:
             model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
         self.model = model.to(dtype)
@@ -101,9 +102,9 @@ class Trainer:
         self.model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         kwargs = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = torch.optim.SGD(self.params, lr=first_lr, momentum=c.momentum, **kwargs)
+        self.optimizer = torch.optim.SGD(self.params, lr=self.schedule.first_lr, momentum=c.momentum, **kwargs)
         # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
-        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=rescale_limit(c), model=self.model,
+        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=limit, model=self.model,
                                    check_invariance=False)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
@@ -235,12 +236,6 @@ class Trainer:
         self.initial_loss = state.get("initial_loss")
 
 
-def param_dtype(precision: str) -> torch.dtype:
-    """The dtype of the weights under a resolved ``precision``: float64 for fp64, float32 otherwise (bf16 autocasts
-    the computation, not the weights)."""
-    return torch.float64 if precision == "fp64" else torch.float32
-
-
 # ----------------------------------------------------------------------------- what a resume reads of a checkpoint
 #: the rules of the checkpoint's own fields (the settings are compared with the run's by runfolder.check_run)
 _SAVED = {"data_sha256": Text("the data's sha256 (a string)"), "elapsed": Float(0, lo_open=False),
@@ -298,9 +293,10 @@ def check_progress(saved: dict, config: TrainConfig, steps_per_epoch: int, preci
     state = saved["scheduler"]
     schedule = played_schedule(config, steps_per_epoch)
     weight = torch.zeros(1, dtype=param_dtype(precision), requires_grad=True)
-    stand_in = torch.optim.SGD([weight], lr=float(np.exp(schedule.log_lr[0])), momentum=config.momentum)
+    stand_in = torch.optim.SGD([weight], lr=schedule.first_lr, momentum=config.momentum)
+    scheduler = PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config))  # a bad setting: its own line
     try:
-        PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config)).load_state_dict(state)
+        scheduler.load_state_dict(state)
     except (ValueError, TypeError, OverflowError) as err:
         reason = " ".join(str(err).split())[:200]
         raise _refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None

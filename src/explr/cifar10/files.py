@@ -1,4 +1,4 @@
-"""Atomic file writes for run folders and the data cache: a reader never sees a torn file.
+"""Atomic file writes for run folders and the data cache: a reader never sees a torn file; whether a writer lives.
 
 A file is written to ``.<name>.<pid>.<random>.tmp`` in the same folder, flushed, fsync'ed and renamed over
 the target (``os.replace`` is atomic on POSIX).  The temporary file gets the mode an ordinary
@@ -13,14 +13,13 @@ of exactly that form (:data:`TMP_NAME`: ``mkstemp``'s 8 random characters) are t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["atomic_write", "write_json", "remove_leftovers", "remove_stale_leftovers", "default_file_mode"]
+__all__ = ["atomic_write", "remove_leftovers", "remove_stale_leftovers", "default_file_mode", "pid_alive"]
 
 TMP_SUFFIX = ".tmp"
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters of mkstemp>.tmp``.
@@ -54,10 +53,6 @@ def atomic_write(path, write) -> None:
         raise
 
 
-def write_json(path, obj) -> None:
-    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
-
-
 def remove_leftovers(folder) -> list[str]:
     """Delete the temporary files of writes that never finished in ``folder`` (names :data:`TMP_NAME`, nothing
     else); returns their names."""
@@ -75,8 +70,8 @@ def _writer_pid(name: str) -> int | None:
     return int(match["pid"]) if match else None
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (one of another user counts)."""
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -98,7 +93,7 @@ def remove_stale_leftovers(folder) -> list[str]:
     for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
         with contextlib.suppress(OSError):
             pid = _writer_pid(p.name)
-            if p.is_file() and ((pid is not None and not _alive(pid)) or now - p.stat().st_mtime > STALE_AFTER_S):
+            if p.is_file() and ((pid is not None and not pid_alive(pid)) or now - p.stat().st_mtime > STALE_AFTER_S):
                 p.unlink()
                 removed.append(p.name)
     return removed

@@ -32,7 +32,9 @@ __all__ = [
     "default_threads",
     "resolve_device",
     "resolve_precision",
+    "param_dtype",
     "resolve_threads",
+    "resolved_settings",
     "device_name",
     "worker_gpus",
 ]
@@ -125,6 +127,12 @@ def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) ->
     return threads if threads is not None else default_threads(device, jobs)
 
 
+def param_dtype(precision: str) -> torch.dtype:
+    """The dtype of the weights under a resolved ``precision``: float64 for fp64, float32 otherwise (bf16 autocasts
+    the computation, not the weights)."""
+    return torch.float64 if precision == "fp64" else torch.float32
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -146,3 +154,11 @@ def worker_gpus(workers: int, visible: str | None = None, count: int | None = No
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
     ids = ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
     return [ids[i % count] for i in range(workers)]
+
+
+def resolved_settings(config, jobs: int = 1) -> dict:
+    """The values of :data:`~explr.cifar10.config.RESOLVED_KEYS` of a :class:`~explr.cifar10.config.TrainConfig`
+    on this machine, one run of ``jobs`` at a time: device, precision, CPU threads."""
+    device = resolve_device(config.device)
+    return {"device": str(device), "precision": resolve_precision(config.precision, device),
+            "threads": resolve_threads(config.threads, device, jobs)}

@@ -1,7 +1,7 @@
 """Image-folder trees ``train/<class>/*`` and ``test/<class>/*`` (PNG or JPEG) and ``.tar``/``.tar.gz``/``.tgz``
 archives of one: walked or streamed with every entry checked (regular files of at most
 :data:`MAX_IMAGE_BYTES`, links only inside the tree), decoded once with Pillow and cached, sealed for the
-source and :data:`DECODER` (:mod:`explr.cifar10.arrays`).  :mod:`explr.cifar10.data` re-exports the public names.
+source and :data:`DECODER` (:mod:`explr.cifar10.arrays`).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 released by the kernel however its process dies; a pid left without the lock is a stale lock), SIGINT,
 SIGTERM, SIGHUP (a closed terminal) and SIGUSR2 (SLURM's preemption signal) (:func:`handle_signals`,
 :func:`exit_code`) and the errors of a run folder (:class:`RunError`, :class:`RunLocked`, :class:`Terminated`,
-:class:`DiskFull`).  :mod:`explr.cifar10.runfolder` and :mod:`explr.cifar10.runs` re-export the public names.
+:class:`DiskFull`).
 
 The lock is never followed through a link (``O_NOFOLLOW``): a ``.lock`` that is a symbolic link is refused, as
 opening it for writing would truncate the file it points to.
@@ -16,6 +16,8 @@ import os
 import signal
 import time
 from pathlib import Path
+
+from .files import pid_alive
 
 __all__ = ["LOCK", "DiskFull", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals",
            "lock_holder", "signal_name"]
@@ -61,16 +63,6 @@ def _disk_full(err: BaseException | None) -> bool:
 
 
 # ----------------------------------------------------------------------------- the lock
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read_pid(fd: int) -> int | None:
     """The pid written in the open lock file ``fd`` (its first 32 bytes), or None."""
     try:
@@ -186,7 +178,7 @@ def lock_is_a_link(path: Path) -> RunError:
 
 def _locked_message(folder: Path, pid: int | None) -> str:
     who = f"process {pid}" if pid else "another process"
-    alive = "" if pid is None or _pid_alive(pid) else " (on another machine?)"
+    alive = "" if pid is None or pid_alive(pid) else " (on another machine?)"
     return (f"{folder} is being trained by {who}{alive}, which holds {folder / LOCK}; wait for it to finish or stop "
             "it, then use --resume")
 

@@ -9,9 +9,7 @@ A plan is ``{experiment name: [TrainConfig, ...]}``; each experiment trains into
   paired by seed with main's TEXP;
 * ``paper-scale`` (:func:`paper_scale_runs`) -- Step Decay + WD and TEXP at λ = 5e-3 (:data:`PAPER_SCALE`), with
   the decays at 2/3 and 5/6 of training (:func:`paper_scale_milestones`): a long phase 0 in which TEXP's lr
-  grows by tens of e-folds and is rescaled whenever it passes 1;
-* ``paper-200`` (:func:`paper_grid_runs`) -- the paper's own grid: 200 epochs, decays at 100 and 150, every
-  schedule.
+  grows by tens of e-folds and is rescaled whenever it passes 1.
 
 :func:`experiment_plan` puts them together as chapter 6 and ``experiments/full_cifar10_gpu.py`` use them;
 :func:`~explr.cifar10.config.config_to_argv` gives the command line of any of its runs.
@@ -20,28 +18,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .config import SCHEDULES, TrainConfig
+from fractions import Fraction
+
+from .config import SCHEDULES, TrainConfig, milestones_at
 
 __all__ = [
     "PAPER_SCALE",
-    "EXPERIMENTS",
     "paper_scale_milestones",
     "main_runs",
     "ablation_runs",
     "paper_scale_runs",
-    "paper_grid_runs",
     "experiment_plan",
 ]
 
 #: the settings of the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1.
 PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
-#: the experiments a plan may hold, in the order they are trained.
-EXPERIMENTS = ("main", "ablation-none", "paper-scale", "paper-200")
+#: where the paper-scale pair decays: at 2/3 and 5/6 of training.
+PAPER_SCALE_DECAY_AT = (Fraction(2, 3), Fraction(5, 6))
 
 
 def paper_scale_milestones(epochs: int) -> list[int]:
-    """Decays at 2/3 and 5/6 of training (8 and 10 of 12): a long phase 0 for the exponential growth."""
-    return sorted({m for m in (round(2 * epochs / 3), round(5 * epochs / 6)) if 1 <= m < epochs})
+    """Decays at :data:`PAPER_SCALE_DECAY_AT`, 2/3 and 5/6 of training (8 and 10 of 12): a long phase 0 for the
+    exponential growth."""
+    return milestones_at(epochs, PAPER_SCALE_DECAY_AT)
 
 
 def _seeds_of(seeds, schedule: str) -> list[int]:
@@ -65,11 +64,6 @@ def paper_scale_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainC
     decays = tuple(paper_scale_milestones(epochs))
     return [TrainConfig(schedule=s, seed=k, epochs=epochs, decay_epochs=decays, **{**common, **PAPER_SCALE})
             for k in seeds for s in ("step", "texp")]
-
-
-def paper_grid_runs(seeds: Iterable[int] = (0,), schedules=SCHEDULES, **common) -> list[TrainConfig]:
-    """The paper's grid: 200 epochs, decays at 100 and 150 (:class:`TrainConfig`'s defaults), every schedule."""
-    return main_runs(200, seeds, schedules, **common)
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,

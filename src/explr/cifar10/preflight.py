@@ -3,42 +3,47 @@
 :func:`prepare` checks every run of a sweep before the first one starts, and creates nothing: the
 settings, the device, the output folder, the data (loaded once: readable, trainable, enough images for
 the batch), every run's schedule (built for the real number of steps; an exponential one must start
-below ``rescale_above``) and every run folder (:func:`explr.cifar10.runs.check_run`: lock, existing run,
+below ``rescale_above``) and every run folder (:func:`explr.cifar10.runfolder.check_run`: lock, existing run,
 corrupt files, resume compatibility; a file where a run's folder would go).  Any failure is one
 ``ValueError`` line.  A run folder that another process takes after these checks is reported as
 "locked" (exit code 4), the other runs go on.
-
-:mod:`explr.cifar10.sweep` re-exports :func:`prepare`.
 """
 from __future__ import annotations
 
 import torch
 
 from ..lr_scheduler import PerStepLR
-from .config import TrainConfig, played_schedule, rescale_limit
-from .data import CifarArrays, load_cifar10
-from .runs import RunLocked, check_run, check_writable, resolved_settings, run_dir
+from .arrays import CifarArrays
+from .config import TrainConfig
+from .hardware import resolved_settings
+from .lock import RunLocked
+from .runfolder import check_run, check_writable, run_dir
+from .schedule import played_schedule, rescale_limit
+from .sources import load_cifar10
 
 __all__ = ["prepare"]
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
-    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.config.played_schedule`
-    checks it), and play it into a dummy optimizer; one ``ValueError`` line naming the run otherwise."""
+    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.schedule.played_schedule`
+    checks it), and play it into a dummy optimizer (:class:`~explr.lr_scheduler.PerStepLR` checks
+    ``rescale_above``); one ``ValueError`` line naming the run otherwise."""
     n = len(arrays.y_train)
     if config.batch_size > n:
         raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {n} training images of "
                          f"{arrays.source}")
+    limit = rescale_limit(config)
+    rescaled = "" if limit is None else f", --rescale-above {limit:g}"
     where = f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum " \
-            f"{config.momentum:g}, --epochs {config.epochs})"
+            f"{config.momentum:g}, --epochs {config.epochs}{rescaled})"
     try:
         played = played_schedule(config, n // config.batch_size)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=config.momentum)
     try:
-        PerStepLR(dummy, played, rescale_above=rescale_limit(config))
+        PerStepLR(dummy, played, rescale_above=limit)
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None
 
@@ -49,7 +54,7 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
 
     ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
     decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
-    ``checks``: per config, what :func:`~explr.cifar10.runs.check_run` found (``state`` "new", "resume" or
+    ``checks``: per config, what :func:`~explr.cifar10.runfolder.check_run` found (``state`` "new", "resume" or
     "finished"); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
     there instead of raising it.  ``notes`` are lines worth showing (stale locks).
     """

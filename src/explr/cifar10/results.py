@@ -1,10 +1,14 @@
-"""The committed results of chapter 6, also where the repository is not around (Colab, a pip install).
+"""The committed results of chapter 6, also where the repository is not around (Colab, a pip install), and the runs
+of one experiment in a results tree (:func:`experiment_runs`).
 
 A clone has ``results/`` next to ``book/``.  A notebook opened in Colab has only the ``explr`` that
 its install cell pip-installed from ``git+<repository>@v<version>``; pip records that URL and revision
 in the package's ``direct_url.json`` (PEP 610).  :func:`committed_results` returns the folder as is when
 it exists, and otherwise downloads the repository archive at that revision once, extracts the metrics,
 manifests and READMEs of its ``results/`` into a cache folder and returns the folder there.
+
+A results tree holds one folder per experiment of a plan (:mod:`explr.cifar10.plans`: ``<tree>/<name>/``), or, like
+``results/cifar10-subset``, only the main comparison at its top (``<tree>/<schedule>/seed<seed>/``).
 """
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ import urllib.request
 import zlib
 from pathlib import Path, PurePosixPath
 
-__all__ = ["REPOSITORY", "committed_results", "release_archive_url"]
+from .runfolder import load_runs
+
+__all__ = ["REPOSITORY", "committed_results", "experiment_runs", "release_archive_url"]
 
 #: the book's repository (``repository.url`` of _config.yml), used when pip recorded no URL.
 REPOSITORY = "https://github.com/explr-book/explr"
@@ -104,3 +110,23 @@ def _result_files(raw: bytes, url: str) -> dict[str, bytes]:
                                 f"{clashes[0]}/; clone the repository (results/ is committed) or train with "
                                 "train=True")
     return files
+
+
+def experiment_runs(source, name: str, *, schedules=None, seeds=None, require_seeds: bool = False) -> list[dict]:
+    """The runs (:func:`~explr.cifar10.runfolder.load_runs`) of experiment ``name`` in the results tree ``source``:
+    those of ``source/name``, or, for ``name == "main"`` where there is no such folder, those at the top of
+    ``source`` (a tree of the main comparison alone); ``[]`` where the experiment has no folder.
+
+    ``schedules``: only the runs of these schedules (``None``: all); ``seeds``: only the runs of these seeds.
+    ``require_seeds``: a ``ValueError`` naming the folder and the seeds it holds when one of ``seeds`` has no run
+    there (a comparison over seeds that were never trained would silently shrink)."""
+    source = Path(source)
+    folder = source / name if (source / name).is_dir() else (source if name == "main" else None)
+    found = [r for r in (load_runs(folder) if folder else []) if schedules is None or r["schedule"] in schedules]
+    if seeds is None:
+        return found
+    held = sorted({r["seed"] for r in found})
+    missing = sorted(set(seeds) - set(held)) if require_seeds else []
+    if missing:
+        raise ValueError(f"seeds = {list(seeds)}: {missing} not in {folder} (it holds seeds {held})")
+    return [r for r in found if r["seed"] in seeds]

@@ -1,5 +1,6 @@
-"""One run's folder on disk: its files, the lock, signals, writes that may fill the disk, and every check made
-before the folder is used.  :mod:`explr.cifar10.runs` trains into it (and re-exports the public names).
+"""One run's folder on disk: its files, how they are read and written (a full disk is :class:`DiskFull`), and every
+check made before the folder is used.  :mod:`explr.cifar10.lock` holds its lock, the signals and the errors;
+:mod:`explr.cifar10.runs` trains into it.
 
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 
@@ -28,8 +29,8 @@ only up to a size no run of this engine reaches (:data:`MAX_MANIFEST_BYTES`, :da
 nested too deeply for Python's parser is a line naming the file, not a ``RecursionError``.
 
 Writes (:func:`write_file`) are atomic; a full disk (``ENOSPC`` or ``EDQUOT`` anywhere in the error's
-chain, as torch's zip writer hides it) is raised as :class:`DiskFull`, also when taking the lock (:class:`RunLock`),
-which then leaves nothing behind.
+chain, as torch's zip writer hides it) is raised as :class:`DiskFull`, also when taking the lock
+(:class:`~explr.cifar10.lock.RunLock`), which then leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -47,40 +48,27 @@ import torch
 
 from ..models import PreResNet
 from . import files
+from .arrays import CifarArrays
 from .config import TRAJECTORY_KEYS, TrainConfig
-from .data import CifarArrays
 from .engine import check_checkpoint, check_metrics_file, check_progress
-from .hardware import resolve_device, resolve_precision, resolve_threads
-from .lock import LOCK, DiskFull, RunError, RunLock, RunLocked, Terminated, _disk_full, _locked_message, exit_code
-from .lock import handle_signals, lock_holder, lock_is_a_link, signal_name
+from .lock import LOCK, DiskFull, RunError, RunLocked, _disk_full, _locked_message, lock_holder, lock_is_a_link
+from .status import Status
 
 __all__ = [
     "FORMAT",
     "CHECKPOINT",
     "METRICS",
     "MANIFEST",
-    "LOCK",
-    "DiskFull",
-    "EXIT_DISK_FULL",
-    "RunError",
-    "RunLocked",
-    "Terminated",
     "RunCheck",
-    "RunLock",
     "check_run",
     "check_writable",
     "config_record",
-    "exit_code",
-    "handle_signals",
     "load_checkpoint",
     "load_runs",
-    "lock_holder",
     "read_manifest",
     "read_metrics",
-    "resolved_settings",
     "run_dir",
     "serialize_checkpoint",
-    "signal_name",
     "write_file",
 ]
 
@@ -103,10 +91,6 @@ MANIFEST_FIELDS = {
 _JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
                dict: "an object", type(None): "null"}
 _METRICS_REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
-
-
-#: the exit code of a run (CLI or worker) that stopped because the disk filled up.
-EXIT_DISK_FULL = 6
 
 
 # ----------------------------------------------------------------------------- reading runs
@@ -205,11 +189,11 @@ def load_runs(out) -> list[dict]:
     runs = []
     for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
         manifest = read_manifest(manifest_path)
-        if manifest.get("status") == "running" and not lock_holder(manifest_path.parent)[1]:
-            manifest.update(status="interrupted", message="its process died without recording it (killed?); "
+        if manifest.get("status") == Status.RUNNING and not lock_holder(manifest_path.parent)[1]:
+            manifest.update(status=Status.INTERRUPTED.value, message="its process died without recording it (killed?); "
                             "--resume continues from the last checkpoint")
         metrics_path = manifest_path.parent / METRICS
-        rows = (read_metrics(metrics_path, drop_partial_last=manifest.get("status") != "finished")
+        rows = (read_metrics(metrics_path, drop_partial_last=manifest.get("status") != Status.FINISHED)
                 if metrics_path.exists() else [])
         metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
         cfg = manifest.get("config")
@@ -259,13 +243,6 @@ def config_record(config: TrainConfig) -> dict:
         d["data"] = Path(d["data"]).name
     d["data_root"] = None
     return d
-
-
-def resolved_settings(config: TrainConfig, jobs: int = 1) -> dict:
-    """The values of :data:`RESOLVED_KEYS` on this machine (device, precision, CPU threads)."""
-    device = resolve_device(config.device)
-    return {"device": str(device), "precision": resolve_precision(config.precision, device),
-            "threads": resolve_threads(config.threads, device, jobs)}
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
@@ -349,20 +326,22 @@ def _first_existing(path: Path) -> Path:
         raise RunError(f"--out: cannot use {path} ({err.strerror}); choose another --out") from None
 
 
-def _check_tree(folder: Path) -> None:
-    """The first existing folder of ``folder``'s path (itself or a parent) must be a folder, not a file."""
-    p = _first_existing(folder)
+def _nearest_folder(path: Path, what: str) -> Path:
+    """The first existing path of ``path`` (itself or a parent), which must be a folder, not a file: :class:`RunError`
+    naming ``--out`` and ``what`` cannot be created otherwise."""
+    p = _first_existing(path)
     if not p.is_dir():
-        raise RunError(f"--out: {p} is a file, not a folder: cannot create the run folder {folder}")
+        raise RunError(f"--out: {p} is a file, not a folder: cannot create {what}")
+    return p
 
 
 def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
 
-    ``holding_lock``: the caller holds the folder's :class:`RunLock` (skip the lock check)."""
+    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
     folder = Path(folder)
-    _check_tree(folder)
+    _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():
         raise RunError(f"{folder} is a symbolic link; a run folder must be a folder of its own (the run would write, "
                        "and remove temporary files, in the folder it points to): remove the link or choose another "
@@ -408,9 +387,7 @@ def check_writable(path) -> None:
     import tempfile
 
     path = Path(path).expanduser()
-    probe = _first_existing(path)
-    if not probe.is_dir():
-        raise RunError(f"--out: {probe} is a file, not a folder: cannot create {path}")
+    probe = _nearest_folder(path, str(path))
     try:
         os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
     except OSError as err:

@@ -1,8 +1,9 @@
-"""One run of the CIFAR-10 engine: train it into its folder, with resume, signals, divergence and a full disk.
+"""One run of the CIFAR-10 engine: train it into its folder, with resume, signals, divergence and a full disk;
+:class:`RunResult`, what became of a run.
 
 One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<schedule>/seed<seed>/``
-(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`, whose public names
-are importable from here too).  Metrics (``METRIC_KEYS``, one JSON object per finished epoch) report the
+(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`).  Metrics (one JSON object
+per finished epoch: :meth:`~explr.cifar10.engine.Trainer.epoch_metrics`, then :data:`TIMING_KEYS`) report the
 schedule's lr (``lr``; ``null`` beyond float64, where only ``log_lr`` = ln lr says it), the optimizer's
 actual lr (``lr_opt``), the accumulated rescaling factor R = lr_opt/lr = 2^``log2_rescale`` (``rescale``),
 ‖θ‖ in the schedule's units (``weight_norm`` = ‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖²
@@ -12,8 +13,14 @@ Safety.  :func:`train_run` checks the folder (:func:`~explr.cifar10.runfolder.ch
 trainer before it creates anything, then takes the lock, removes temporary files a killed writer left,
 checks again and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
 the one being written, then as the one written), so a resume notices a damaged checkpoint.  SIGINT or
-SIGTERM (:func:`handle_signals`) ends a run with status "interrupted" and the checkpoint of its last
-finished epoch intact, as does a full disk (:class:`DiskFull`); ``resume=True`` continues it exactly.
+SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
+its last finished epoch intact, as does a full disk (:class:`~explr.cifar10.lock.DiskFull`); ``resume=True``
+continues it exactly.
+
+Outcome.  A run's result is one :class:`RunResult`, wherever it trained: :func:`train_run` returns it, a sweep
+reads it from the folder of a run trained elsewhere (:meth:`RunResult.from_folder`), and
+:meth:`RunResult.of_error` turns the error that stopped a run into its :class:`~explr.cifar10.status.Status`
+(for the CLI, the local pool and submitit alike).
 """
 from __future__ import annotations
 
@@ -24,76 +31,36 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import files
+from .arrays import CifarArrays
 from .config import RESOLVED_KEYS, TrainConfig
-from .data import CifarArrays, load_cifar10
 from .engine import Trainer, TrainingDiverged
-from .hardware import device_name
+from .hardware import device_name, resolved_settings
+from .lock import DiskFull, RunError, RunLock, RunLocked, signal_name
 from .runfolder import (
     CHECKPOINT,
     FORMAT,
     MANIFEST,
     METRICS,
-    EXIT_DISK_FULL,
-    DiskFull,
-    RunError,
-    RunLock,
-    RunLocked,
-    Terminated,
     check_run,
-    check_writable,
     config_record,
-    exit_code,
-    handle_signals,
     load_checkpoint,
-    load_runs,
-    lock_holder,
     read_manifest,
     read_metrics,
-    resolved_settings,
-    run_dir,
     serialize_checkpoint,
-    signal_name,
     write_file,
 )
+from .sources import load_cifar10
+from .status import Status
 
-__all__ = [
-    "FORMAT",
-    "METRIC_KEYS",
-    "TIMING_KEYS",
-    "DiskFull",
-    "EXIT_DISK_FULL",
-    "RunError",
-    "RunLocked",
-    "Terminated",
-    "RunResult",
-    "RunSummary",
-    "RunLock",
-    "check_run",
-    "check_writable",
-    "exit_code",
-    "handle_signals",
-    "lock_holder",
-    "load_runs",
-    "read_metrics",
-    "resolved_settings",
-    "run_dir",
-    "summary",
-    "summary_from_folder",
-    "train_run",
-]
+__all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "train_run"]
 
-METRIC_KEYS = (
-    "epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
-    "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr", "seconds", "train_seconds",
-    "eval_seconds", "images_per_s",
-)
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
 
@@ -125,7 +92,7 @@ def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: Cif
     if device_name(trainer.device) not in devices:
         devices.append(device_name(trainer.device))
     return {**previous,
-            "format": FORMAT, "status": "running", "message": "", "config": config_record(config),
+            "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config_record(config),
             "resolved": trainer.describe(),
             "devices": devices, "data": arrays.describe(),
             "environment": {
@@ -138,15 +105,53 @@ def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: Cif
 
 
 # ----------------------------------------------------------------------------- a full run
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    """What :func:`train_run` returns: ``status`` is finished, diverged or interrupted."""
+    """What became of one run: its folder ``out``, :class:`~explr.cifar10.status.Status`, epochs done (``None``
+    where the run's process did not say), a message, its metrics rows and, for a run submitted without waiting,
+    its submitit ``job_id``; :attr:`final` is its last metrics row."""
 
     out: Path
-    status: str
-    epochs_done: int
-    metrics: list = field(default_factory=list)
+    status: Status
+    epochs_done: int | None = None
     message: str = ""
+    metrics: list = field(default_factory=list, repr=False)
+    job_id: str | None = None
+
+    @property
+    def final(self) -> dict | None:
+        """The last metrics row (``None`` before the first epoch finished)."""
+        return self.metrics[-1] if self.metrics else None
+
+    @classmethod
+    def of_error(cls, folder, err: BaseException) -> "RunResult":
+        """The result of a run that ``err`` stopped: diverged (:class:`~explr.cifar10.engine.TrainingDiverged`),
+        locked (a :class:`~explr.cifar10.lock.RunError`: another process took its folder after the sweep's checks)
+        or disk full (:class:`~explr.cifar10.lock.DiskFull`)."""
+        if isinstance(err, TrainingDiverged):
+            return cls(Path(folder), Status.DIVERGED, None, str(err))
+        if isinstance(err, RunError):
+            message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
+            return cls(Path(folder), Status.LOCKED, None, message)
+        if isinstance(err, DiskFull):
+            return cls(Path(folder), Status.DISK_FULL, None, str(err))
+        raise TypeError(f"no run status for {type(err).__name__}: {err}") from err
+
+    @classmethod
+    def from_folder(cls, folder) -> "RunResult":
+        """The result of a run as its manifest and metrics tell it (for runs trained by other processes)."""
+        folder = Path(folder)
+        try:
+            m = read_manifest(folder / MANIFEST)
+            rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+        except (OSError, RunError):
+            return cls(folder, Status.NOT_STARTED, 0)
+        return cls(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
+                   m.get("message", ""), rows)
+
+
+#: the errors after which a sweep goes on with its other runs (:meth:`RunResult.of_error` says what became of one).
+SWEEP_GOES_ON = (TrainingDiverged, RunError)
 
 
 def _write_metrics(path, rows) -> None:
@@ -157,8 +162,8 @@ def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
     """The metrics of a finished epoch (:meth:`Trainer.epoch_metrics`, then the timings)."""
     t0, t1, t2 = times
     n = sums[2]
-    return {**trainer.epoch_metrics(epoch, sums, evaluation), "seconds": time.perf_counter() - t0,
-            "train_seconds": t1 - t0, "eval_seconds": t2 - t1, "images_per_s": n / (t1 - t0)}
+    timings = (time.perf_counter() - t0, t1 - t0, t2 - t1, n / (t1 - t0))
+    return {**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings))}
 
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
@@ -170,9 +175,9 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     is written, and the trainer is built before anything is created.  ``stop_after=k`` stops after epoch
     k (status "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
     (:class:`~explr.cifar10.engine.Trainer`).  Raises :class:`TrainingDiverged` when the run diverges
-    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`Terminated`) when interrupted and
-    :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and record
-    the status in the manifest (a full disk: if the manifest can still be written).
+    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`~explr.cifar10.lock.Terminated`) when
+    interrupted and :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and
+    record the status in the manifest (a full disk: if the manifest can still be written).
     """
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
@@ -203,7 +208,7 @@ def _finished(out: Path) -> RunResult:
     saved = load_checkpoint(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
         _write_metrics(out / METRICS, saved["metrics"])
-    return RunResult(out, "finished", saved["epoch"], saved["metrics"], "already finished")
+    return RunResult(out, Status.FINISHED, saved["epoch"], "already finished", saved["metrics"])
 
 
 def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: dict, progress, position,
@@ -223,7 +228,7 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
                disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
-    status, message, epoch = "finished", "", start
+    status, message, epoch = Status.FINISHED, "", start
     try:
         write_file(manifest_path, _json(manifest))
         _write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
@@ -247,31 +252,31 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
             bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
                              "test": f"{row['test_acc']:.3f}"})
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
-                status, message = "interrupted", f"stopped after epoch {epoch + 1} (stop_after)"
+                status, message = Status.INTERRUPTED, f"stopped after epoch {epoch + 1} (stop_after)"
                 break
     except TrainingDiverged as err:
         done = len(history)
         kept = f"epoch {done}) is kept in {ckpt_path}" if done else f"none: no epoch finished) is kept in {out}"
         message = f"{err}; stopped. The last good checkpoint ({kept}. Lower --lr or check the data."
-        _finish(manifest_path, manifest, "diverged", message, elapsed, history)
+        _finish(manifest_path, manifest, Status.DIVERGED, message, elapsed, history)
         raise TrainingDiverged(message) from None
     except KeyboardInterrupt as err:
         message = (f"interrupted by {signal_name(err)} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} "
                    "is kept, --resume continues from it")
-        _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
+        _finish(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
         raise
     except DiskFull as err:
         kept = f"the checkpoint of epoch {len(history)} is intact" if history else "no epoch was saved yet"
         message = f"disk full while writing {err.path}; {kept}; free space and rerun with --resume"
         try:  # the manifest may not fit either: then it stays "running", which load_runs reads as interrupted
-            _finish(manifest_path, manifest, "interrupted", message, elapsed, history)
+            _finish(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
         except (DiskFull, OSError):
             pass
         raise DiskFull(err.path, message) from None
     finally:
         bar.close()
     _finish(manifest_path, manifest, status, message, elapsed, history)
-    return RunResult(out, status, len(history), history, message)
+    return RunResult(out, status, len(history), message, history)
 
 
 def _save_checkpoint(out: Path, manifest: dict, state: dict) -> str:
@@ -300,65 +305,9 @@ def _progress(bar, first_step: int, history: list):
     return on_sync
 
 
-def _finish(path: Path, manifest: dict, status: str, message: str, elapsed: float, history: list) -> None:
+def _finish(path: Path, manifest: dict, status: Status, message: str, elapsed: float, history: list) -> None:
     manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
                      "epochs_done": len(history)})
     if history:
         manifest["final"] = {k: history[-1][k] for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")}
     write_file(path, _json(manifest))
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a sweep reports of one run: its folder, status, epochs done, a message and the last metrics row.
-
-    ``status``: finished, interrupted, diverged, locked, failed, disk full, submitted or not started;
-    ``epochs_done`` is ``None`` where the run's process did not say.  :meth:`as_dict` is the JSON-able form
-    that :func:`~explr.cifar10.sweep.run_many`, :func:`~explr.cifar10.sweep.submit` and the CLI report."""
-
-    out: str
-    status: str
-    epochs_done: int | None = None
-    message: str = ""
-    final: dict | None = None
-
-    def as_dict(self) -> dict:
-        """The summary as a JSON-able ``dict``."""
-        return asdict(self)
-
-    def but(self, **changes) -> "RunSummary":
-        """This summary with ``changes`` (status, message, ...)."""
-        return replace(self, **changes)
-
-    @classmethod
-    def of(cls, result: RunResult) -> "RunSummary":
-        return cls(str(result.out), result.status, result.epochs_done, result.message,
-                   result.metrics[-1] if result.metrics else None)
-
-    @classmethod
-    def taken(cls, folder, err: RunError) -> "RunSummary":
-        """A run whose folder another process took (locked, or trained) after the sweep's checks: "locked"."""
-        message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
-        return cls(str(folder), "locked", None, message)
-
-    @classmethod
-    def from_folder(cls, folder) -> "RunSummary":
-        """The summary of a run as its manifest tells it (for runs trained by other processes)."""
-        folder = Path(folder)
-        try:
-            m = read_manifest(folder / MANIFEST)
-            rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
-        except (OSError, RunError):
-            return cls(str(folder), "not started", 0)
-        return cls(str(folder), m.get("status"), m.get("epochs_done", len(rows)), m.get("message", ""),
-                   rows[-1] if rows else None)
-
-
-def summary(result: RunResult) -> dict:
-    """A JSON-able summary of a run (:class:`RunSummary`): out, status, epochs_done, message, last metrics row."""
-    return RunSummary.of(result).as_dict()
-
-
-def summary_from_folder(folder) -> dict:
-    """The summary of a run as its manifest tells it (:meth:`RunSummary.from_folder`), as a dict."""
-    return RunSummary.from_folder(folder).as_dict()

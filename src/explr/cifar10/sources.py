@@ -1,8 +1,30 @@
 """Where CIFAR-10 comes from: :func:`load_cifar10` (the CLI's ``--data``: auto, synthetic, a ``.npz``, a folder
-of CIFAR-10's python batches, an image-folder tree or an archive of one; see :mod:`explr.cifar10.data`),
-the download (md5-checked), the python batches (each md5-checked against :data:`CIFAR10_FILES_MD5` before a
-restricted unpickler reads it) and :func:`make_synthetic`.  :mod:`explr.cifar10.data` re-exports the public
-names.
+of CIFAR-10's python batches, an image-folder tree or an archive of one), the download (md5-checked), the python
+batches (each md5-checked against :data:`CIFAR10_FILES_MD5` before a restricted unpickler reads it) and
+:func:`make_synthetic`.
+
+Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
+
+* ``"auto"`` -- the real CIFAR-10 (Krizhevsky 2009).  If ``<root>/cifar-10-batches-py`` is absent, the
+  archive is downloaded with torchvision's ``download_url`` into ``root`` and md5-checked before it is
+  extracted; every python batch is md5-checked against the official table (:data:`CIFAR10_FILES_MD5`)
+  *before* it is unpickled, and the unpickler only accepts the few numpy globals an array needs.
+* a directory holding ``cifar-10-batches-py/`` or the batch files themselves (same checks);
+* a ``.npz`` file with ``x_train, y_train, x_test, y_test`` (images uint8 ``(N, 32, 32, 3)`` HWC RGB,
+  labels integers in 0..9), read with ``np.load(allow_pickle=False)`` after every ``.npy`` header has
+  been checked (readable, no pickle, the declared sizes within the memory available);
+* an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 RGB PNG or JPEG files, class
+  folders named after CIFAR-10's classes, labels in sorted class-name order), or a ``.tar``, ``.tar.gz``
+  or ``.tgz`` holding one (at its top level or under one folder; the archive is streamed, and only its
+  image members are read).  Only regular files of at most :data:`~explr.cifar10.image_folder.MAX_IMAGE_BYTES`
+  are read, and links only where they stay inside the tree.  It is decoded once with Pillow and the uint8 arrays
+  are cached in ``<data_root>/cache/`` under the source's sha256, sealed with an HMAC of the arrays, the source
+  and the decoder's version under a key of this user (:mod:`~explr.cifar10.arrays`; verified on load: a damaged,
+  mismatched or forged cache is rebuilt), so later runs load in about a second;
+* ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
+
+Bad data is one :class:`~explr.cifar10.arrays.DataError` line (a ``ValueError``: the CLI prints it and exits with
+code 2) naming the file, tar member or array, and nothing is created.
 """
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
 """Many runs: everything checked before anything starts, then trained here, in worker processes, or on a cluster.
 
-:func:`prepare` (:mod:`~explr.cifar10.preflight`) checks every run of a sweep before the first one starts.
+:func:`~explr.cifar10.preflight.prepare` checks every run of a sweep before the first one starts.
 
 :func:`run_many` then trains the runs one after the other (``jobs=1``) or ``jobs`` at a time as
 separate processes.  Workers get the data the parent loaded through shared memory (when ``/dev/shm``
 has room), worker i gets GPU i mod G (``CUDA_VISIBLE_DEVICES``), and a worker dies with its parent
 (``PR_SET_PDEATHSIG``); SIGINT/SIGTERM of the parent stop the workers, whose runs record "interrupted".
 
-:func:`run_plan` trains a plan of several experiments (:mod:`~explr.cifar10.plans`) in one pool.  :func:`submit`
-(:mod:`~explr.cifar10.cluster`) sends each run as its own submitit job instead.
+:func:`run_plan` trains a plan of several experiments (:mod:`~explr.cifar10.plans`) in one pool.
+:func:`explr.cifar10.cluster.submit` sends each run as its own submitit job instead.
 """
 from __future__ import annotations
 
@@ -23,81 +23,76 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .arrays import CifarArrays
 from .config import TrainConfig
-from .data import CifarArrays
-from .engine import TrainingDiverged
-from .hardware import worker_gpus
-from .cluster import RunJob, check_launcher, check_slurm, submit
+from .hardware import resolved_settings, worker_gpus
+from .lock import DiskFull, exit_code, handle_signals
 from .preflight import prepare
-from .runs import (
-    EXIT_DISK_FULL,
-    DiskFull,
-    RunError,
-    RunSummary,
-    exit_code,
-    handle_signals,
-    resolved_settings,
-    run_dir,
-    summary,
-    train_run,
-)
+from .runfolder import run_dir
+from .runs import SWEEP_GOES_ON, RunResult, train_run
+from .status import Status
 
-__all__ = ["prepare", "run_many", "run_plan", "submit", "share_arrays", "attach_arrays", "check_launcher", "check_slurm",
-           "RunJob"]
+__all__ = ["run_many", "run_plan", "share_arrays", "attach_arrays"]
 
 
 # ----------------------------------------------------------------------------- several runs on this machine
 def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
-             log_file: str | None = None) -> list[dict]:
+             log_file: str | None = None) -> list[RunResult]:
     """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` trains that many at once.
 
-    Everything is checked first (:func:`prepare`).  A diverged run is reported and the others go on, and
-    so is a run whose folder another process took after the check (status "locked");
-    ``KeyboardInterrupt`` (SIGINT, or :class:`~explr.cifar10.runs.Terminated` for SIGTERM under
-    :func:`~explr.cifar10.runs.handle_signals`) stops the sweep after the running runs recorded it.
-    Returns one summary dict per run (:class:`~explr.cifar10.runs.RunSummary`), in order.
+    Everything is checked first (:func:`~explr.cifar10.preflight.prepare`).  A diverged run is reported and the
+    others go on, and so is a run whose folder another process took after the check (status "locked");
+    ``KeyboardInterrupt`` (SIGINT, or :class:`~explr.cifar10.lock.Terminated` for SIGTERM under
+    :func:`~explr.cifar10.lock.handle_signals`) stops the sweep after the running runs recorded it.
+    Returns one :class:`~explr.cifar10.runs.RunResult` per run, in order.
 
     ``deadline`` (a ``time.time()``): then the runs still training are stopped (SIGTERM: they record
     "interrupted" and keep the checkpoint of their last epoch, ``resume=True`` continues them) and no further
     run starts (those stay "not started").  ``log_file``: each run's output goes to that file in its folder
     instead of this process's.  Either trains every run in a worker process, also with ``jobs=1``.
     """
-    return run_plan({"": configs}, out, arrays=arrays, jobs=jobs, resume=resume, progress=progress,
-                    deadline=deadline, log_file=log_file)
+    arrays = _prepare(configs, out, arrays, resume, jobs, progress)
+    return _train_all(configs, [run_dir(out, c.schedule, c.seed) for c in configs], arrays, jobs, resume, progress,
+                      deadline, log_file)
 
 
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
-             log_file: str | None = None) -> list[dict]:
+             log_file: str | None = None) -> list[RunResult]:
     """:func:`run_many` of a plan (:mod:`explr.cifar10.plans`): experiment ``name``'s runs train into
-    ``<out>/<name>/``, every experiment checked (:func:`prepare`, the data loaded once) before any run starts,
-    and all trained in one pool of ``jobs`` processes.  Returns one summary dict per run, in plan order."""
+    ``<out>/<name>/``, every experiment checked (:func:`~explr.cifar10.preflight.prepare`, the data loaded once)
+    before any run starts, and all trained in one pool of ``jobs`` processes.  Returns one
+    :class:`~explr.cifar10.runs.RunResult` per run, in plan order."""
     configs, dirs = [], []
     for name, group in plan.items():
-        folder = Path(out) / name if name else out
-        arrays, _, notes = prepare(group, folder, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
-        for note in notes:
-            print(note, file=sys.stderr)
+        arrays = _prepare(group, Path(out) / name, arrays, resume, jobs, progress)
         configs += group
-        dirs += [run_dir(folder, c.schedule, c.seed) for c in group]
+        dirs += [run_dir(Path(out) / name, c.schedule, c.seed) for c in group]
+    return _train_all(configs, dirs, arrays, jobs, resume, progress, deadline, log_file)
+
+
+def _prepare(configs, out, arrays, resume, jobs, progress) -> CifarArrays:
+    """:func:`~explr.cifar10.preflight.prepare` the runs into ``out``, showing its notes; returns the data."""
+    arrays, _, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
+    for note in notes:
+        print(note, file=sys.stderr)
+    return arrays
+
+
+def _train_all(configs, dirs, arrays, jobs, resume, progress, deadline, log_file) -> list[RunResult]:
+    """Train the checked runs: here, one after the other, or in a pool of worker processes."""
     if (jobs <= 1 or len(configs) == 1) and deadline is None and log_file is None:
         return [_run_here(c, d, arrays, resume, progress) for c, d in zip(configs, dirs)]
     configs = [dataclasses.replace(c, threads=resolved_settings(c, jobs)["threads"]) for c in configs]
     return _run_processes(configs, dirs, arrays, max(jobs, 1), resume, progress, deadline, log_file)
 
 
-def _run_here(config, folder, arrays, resume, progress) -> dict:
+def _run_here(config, folder, arrays, resume, progress) -> RunResult:
     try:
-        return summary(train_run(config, folder, arrays, resume=resume, progress=progress))
-    except TrainingDiverged as err:
-        return RunSummary(str(folder), "diverged", None, str(err)).as_dict()
-    except RunError as err:
-        return RunSummary.taken(folder, err).as_dict()
-
-
-#: exit codes of a worker process (and of the CLI).
-EXIT_DIVERGED, EXIT_LOCKED = 3, 4
+        return train_run(config, folder, arrays, resume=resume, progress=progress)
+    except SWEEP_GOES_ON as err:
+        return RunResult.of_error(folder, err)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -127,20 +122,15 @@ def _worker(config: TrainConfig, folder: str, resume: bool, progress: bool, posi
         try:
             arrays, shm = attach_arrays(shared) if shared else (None, None)
             train_run(config, folder, arrays, resume=resume, progress=progress, position=position)
-        except TrainingDiverged as err:
-            print(err, file=sys.stderr)
-            sys.exit(EXIT_DIVERGED)
-        except RunError as err:  # the folder was taken by another process after the parent's check
-            print(RunSummary.taken(folder, err).message, file=sys.stderr)
-            sys.exit(EXIT_LOCKED)
-        except DiskFull as err:
-            print(err, file=sys.stderr)
-            sys.exit(EXIT_DISK_FULL)
+        except (*SWEEP_GOES_ON, DiskFull) as err:  # the parent reads the status from the exit code
+            result = RunResult.of_error(folder, err)
+            print(result.message, file=sys.stderr)
+            sys.exit(result.status.exit_code)
         except KeyboardInterrupt as err:
             sys.exit(exit_code(err))
 
 
-def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None, log_file=None) -> list[dict]:
+def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None, log_file=None) -> list[RunResult]:
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -182,15 +172,17 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None,
             shm.unlink()
     results = []
     for i, d in enumerate(dirs):
-        r = RunSummary.from_folder(d)
-        if codes.get(i) == EXIT_LOCKED:
-            r = r.but(status="locked", message=f"{d} was taken by another process meanwhile; see the worker's line "
-                                               "above")
-        elif codes.get(i) == EXIT_DISK_FULL:
-            r = r.but(status="disk full", message=f"{d}: the disk filled up; see the worker's line above")
-        elif codes.get(i) not in (0, EXIT_DIVERGED) and i not in stopped and i in codes:
-            r = r.but(status="failed", message=f"worker exited with code {codes.get(i)}; see its output above")
-        results.append(r.as_dict())
+        r, code = RunResult.from_folder(d), codes.get(i)
+        if code == Status.LOCKED.exit_code:
+            r = dataclasses.replace(r, status=Status.LOCKED,
+                                    message=f"{d} was taken by another process meanwhile; see the worker's line above")
+        elif code == Status.DISK_FULL.exit_code:
+            r = dataclasses.replace(r, status=Status.DISK_FULL,
+                                    message=f"{d}: the disk filled up; see the worker's line above")
+        elif code not in (0, Status.DIVERGED.exit_code) and i not in stopped and i in codes:
+            r = dataclasses.replace(r, status=Status.FAILED,
+                                    message=f"worker exited with code {code}; see its output above")
+        results.append(r)
     return results
 
 

@@ -1,0 +1,39 @@
+"""How a run stands or ended: :class:`Status`, the words its manifest and the CLI's report say and the exit code
+that the CLI and a worker process return for it.
+
+A run's process exits with its ``Status.exit_code``: 0 when it finished (or stopped early as asked), 3 diverged,
+4 its folder was taken by another process, 5 a worker or cluster job failed, 6 the disk filled up; a signal ends
+it with 128 + the signal's number (:func:`explr.cifar10.lock.exit_code`).  The CLI returns the largest of its runs'
+codes, and 2 for bad settings, data or run folders (argparse's code for a usage error).
+"""
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Status"]
+
+
+class Status(str, enum.Enum):
+    """A run's status: a ``str`` (its words, as the manifest records them) with an ``exit_code``."""
+
+    RUNNING = "running", 0
+    FINISHED = "finished", 0
+    INTERRUPTED = "interrupted", 0
+    SUBMITTED = "submitted", 0
+    NOT_STARTED = "not started", 0
+    DIVERGED = "diverged", 3
+    LOCKED = "locked", 4
+    FAILED = "failed", 5
+    DISK_FULL = "disk full", 6
+
+    def __new__(cls, words: str, exit_code: int):
+        member = str.__new__(cls, words)
+        member._value_ = words
+        member.exit_code = exit_code
+        return member
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
