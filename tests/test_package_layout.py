@@ -1,12 +1,16 @@
 """The library's floors, as the README and ``explr.__init__`` draw them: the paper's maths at the
 bottom, the book's simulations (``explr.book``) and the CIFAR-10 engine (``explr.cifar10``) above it,
-neither importing the other, and no source file so long that it must hold several concerns."""
+neither importing the other; no source file so long that it must hold several concerns; and every name
+imported from the module that defines it (only a package's ``__init__`` hands names on)."""
 import ast
+import json
+import re
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "explr"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "explr"
 # A room is split by concern, not by line count: the cap only catches a file grown far past one concern
 # (nanoGPT's and airbench's trainers are single files of about 500 lines; PerStepLR with its checks is 505).
 MAX_LINES = 600
@@ -56,3 +60,114 @@ def test_the_floor_rule_catches_upward_imports():
     assert {floor(m) for m in maths} - ALLOWED["maths"] == {"cifar10", "book"}
     book = explr_imports("from ..cifar10.config import SCHEDULES\nfrom ..schedules import texp\n", "explr.book")
     assert {floor(m) for m in book} - ALLOWED["book"] == {"cifar10"}
+
+
+# ----------------------------------------------------------------------------- each name from where it is defined
+def defined_names(source: str) -> set[str]:
+    """The names a module defines at its top level: functions, classes and assigned names."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def handed_on(source: str) -> set[str]:
+    """The names of a module's ``__all__`` that it does not define (a re-export)."""
+    exported = next((ast.literal_eval(node.value) for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)), [])
+    return set(exported) - defined_names(source)
+
+
+def imported_through(source: str, package: str, modules: dict[str, str]) -> list[str]:
+    """``name from module`` for every name that ``source`` (in ``package``) imports from an ``explr`` module (not a
+    package) that does not define it; ``modules``: {module name: its source}."""
+    parts, wrong = package.split("."), []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            if name in modules:
+                defined = defined_names(modules[name])
+                wrong += [f"{a.name} from {name}" for a in node.names if a.name not in defined]
+    return wrong
+
+
+MODULES = {".".join(["explr", *p.relative_to(SRC).with_suffix("").parts]): p.read_text(encoding="utf-8")
+           for p in FILES if p.name != "__init__.py"}
+READERS = [*FILES, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "benchmarks").glob("*.py")),
+           *sorted((ROOT / "experiments").glob("*.py"))]
+
+
+def test_no_module_but_a_package_hands_on_names_it_does_not_define():
+    wrong = {module: sorted(names) for module, source in MODULES.items() if (names := handed_on(source))}
+    assert not wrong, f"__all__ names that these modules import instead of defining: {wrong}"
+
+
+@pytest.mark.parametrize("path", READERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_name_is_imported_from_the_module_that_defines_it(path):
+    package = ".".join(["explr", *path.parent.relative_to(SRC).parts]) if path.is_relative_to(SRC) else ""
+    wrong = imported_through(path.read_text(encoding="utf-8"), package, MODULES)
+    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}: import them from where they are defined"
+
+
+def test_the_import_rules_catch_a_re_export():
+    """Deliberately wrong modules: one handing on an imported name, one importing a name through it."""
+    relay = "from .lock import RunError\nfrom .files import pid_alive\n\ndef train():\n    pass\n\n" \
+            "__all__ = ['RunError', 'train']\n"
+    assert handed_on(relay) == {"RunError"}
+    modules = {"explr.cifar10.relay": relay}
+    assert imported_through("from explr.cifar10.relay import RunError, train\n", "", modules) == [
+        "RunError from explr.cifar10.relay"]
+    assert imported_through("from .relay import pid_alive\n", "explr.cifar10", modules) == [
+        "pid_alive from explr.cifar10.relay"]
+
+
+# ----------------------------------------------------------------------------- no public name without a reader
+#: public names that only the tests read: the writers of the data formats that the loaders read (the tests make
+#: their data with them).
+READ_BY_TESTS_ONLY = {"write_image_folder", "write_cifar_batches"}
+
+
+def chapter_code() -> str:
+    """The code cells of every chapter (vulture reads no notebook)."""
+    cells = [c for nb in sorted((ROOT / "book").glob("*.ipynb"))
+             for c in json.loads(nb.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    return "\n".join("".join(c["source"]) for c in cells)
+
+
+def unread(modules: dict[str, str], readers: list[str]) -> list[str]:
+    """``module.name`` for every name of a module's ``__all__`` that neither the module itself (outside ``__all__``)
+    nor any of ``readers`` names.  (vulture counts a name in ``__all__`` as used, so it cannot see these.)"""
+    missing = []
+    for module, source in modules.items():
+        own = re.sub(r"__all__ = \[.*?\]", "", source, flags=re.S)
+        for name in sorted(set(defined_names(source)) - handed_on(source)):
+            if name not in _all(source):
+                continue
+            word = re.compile(rf"\b{re.escape(name)}\b")
+            if len(word.findall(own)) <= 1 and not any(word.search(text) for text in readers):
+                missing.append(f"{module}.{name}")
+    return missing
+
+
+def _all(source: str) -> list[str]:
+    return next((ast.literal_eval(node.value) for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)), [])
+
+
+def test_every_public_name_has_a_reader_besides_the_tests():
+    others = [p.read_text(encoding="utf-8") for p in READERS if not p.is_relative_to(ROOT / "tests")]
+    chapters, wrong = chapter_code(), []
+    for module, source in MODULES.items():
+        readers = [t for t in others if t != source] + [chapters]
+        wrong += [m for m in unread({module: source}, readers) if m.rsplit(".", 1)[1] not in READ_BY_TESTS_ONLY]
+    assert not wrong, f"public names that nothing but the tests reads (dead code, or a test of dead code): {wrong}"
+
+
+def test_the_reader_rule_catches_a_name_only_its_module_exports():
+    lonely = "def used():\n    return 1\n\ndef dead():\n    return used()\n\n__all__ = ['used', 'dead']\n"
+    assert unread({"explr.lonely": lonely}, ["from explr.lonely import used\n"]) == ["explr.lonely.dead"]
