@@ -23,7 +23,9 @@ relative rounding of one gradient, measured as max|c∇L(cθ₀) − ∇L(θ₀)
 c = 3, 5, 7, which a scale-invariant loss makes exactly 0 in exact arithmetic: the twin's gradients differ from the original's by
 just such roundings).  SGD then amplifies a relative perturbation of θ: the control run (the original from
 θ₀·(1 + δξ), ξ ~ N(0, 1) elementwise, δ = :data:`CONTROL_DELTA`) measures the amplification A_i = D^ctl_i / δ of
-a perturbation made at step 0 and seen at step i.  Assuming one made at step j grows no faster over the k − j
+a perturbation made at step 0 and seen at step i, in the linear regime: δ is small enough to flip the sign of no
+ReLU input, and a rounding, 1e4 times smaller still, is then even less likely to (a flip would jump the
+gradient and make the twin fail the bound: the check would show it).  Assuming one made at step j grows no faster over the k − j
 steps to k than one made at step 0 (G_k = max(1, max_{i≤k} A_i) bounds both), summing the k + 1 steps'
 discrepancies and the logits' own rounding e_f (max|f(cθ₀) − f(θ₀)| / max|f(θ₀)|, the same c) gives
 
@@ -72,9 +74,11 @@ RUNS = ("exact", "uncorrected", "control")
 #: BN's ε per precision: ~0 in float64 (torch refuses 0); in float32, 1e-300 would round to 0, so the smallest
 #: normal-range power of ten that keeps ε far below any batch variance.
 BN_EPS = {"float64": 1e-300, "float32": 1e-30, "bf16": 1e-30}
-#: the control run's relative perturbation of θ₀: 1e8 times float64's u, so round-off does not blur it, and small
-#: enough that the response stays linear while A·δ ≪ 1 (A up to 1e6).
-CONTROL_DELTA = 1e-8
+#: the control run's relative perturbation of θ₀: 1e4 ulps of each weight, so the rounding of the evaluations (e_f,
+#: ~2e-14 on PreResNet-32) is ~1e-3 of its response, and small enough to flip no ReLU: a flip is a jump of the
+#: gradient, after which the response is no longer the linear amplification (on PreResNet-32 at η = 0.1, δ = 1e-9
+#: jumped a thousandfold at step 5 and reached O(1) by step 10; 1e-13 and 1e-11 gave the same A_k to 2 %: measured).
+CONTROL_DELTA = 1e-12
 #: the rescalings that measure one evaluation's round-off (a c that is not a power of two rounds differently; the
 #: largest of three samples, since one can fall low).
 ROUNDOFF_SCALES = (3.0, 5.0, 7.0)
@@ -186,7 +190,8 @@ def _network(build_model, precision: str, reference: torch.Tensor | None):
 def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
     """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (module docstring):
     e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
-    the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic."""
+    the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic.  Also ``delta``, the control
+    run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_bound` takes with them."""
     def evaluate(c):
         net = copy.deepcopy(model)
         params = [p for _, p in trainable_parameters(net)]
@@ -202,7 +207,8 @@ def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
 
     f, g = evaluate(1.0)
     scaled = [evaluate(c) for c in ROUNDOFF_SCALES]
-    return {"forward": max(rel(f, fc) for fc, _ in scaled), "gradient": max(rel(g, gc) for _, gc in scaled)}
+    return {"forward": max(rel(f, fc) for fc, _ in scaled), "gradient": max(rel(g, gc) for _, gc in scaled),
+            "delta": CONTROL_DELTA}
 
 
 def roundoff_bound(steps, control_deviation, forward: float, gradient: float, delta: float = CONTROL_DELTA):
@@ -250,7 +256,7 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
     Returns a JSON-able dict: ``steps`` (recorded k), ``deviation`` {run: D_k}, ``agreement`` {run: fraction of
     probe images with the same predicted class}, ``norm_error`` (max_k |‖θ̃_k‖ / (P_k‖θ_k‖) − 1| of the exact
     twin, if trained), ``function_change`` F_k, ``nudge`` (η̃₀c₀ of the exact twin), ``loss`` (the original's per
-    step), ``seconds``; in float64 also ``roundoff`` {forward, gradient}.  :func:`unit_bound` and
+    step), ``seconds``; in float64 also ``roundoff`` {forward, gradient, delta}.  :func:`unit_bound` and
     :func:`unit_estimate` compute B_k and the uncorrected twin's expected D_k from them.
     """
     if precision not in PRECISIONS:
