@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
-from ..params import Float, Text
+from ..params import Float, Text, is_int, is_real_type
 from .arrays import CifarArrays
 from .config import TrainConfig
 from .data import DeviceData, EpochPlan
@@ -271,12 +271,12 @@ def check_checkpoint(saved: dict, path) -> None:
         where = f"holds a metrics row {number} = {_shown(row)}"
         if not isinstance(row, dict):
             raise _refuse(path, f"{where}, not a JSON object")
-        bad = next((k for k, v in row.items() if not isinstance(k, str) or isinstance(v, bool)
-                    or not (v is None or isinstance(v, (int, float)))), None)
+        bad = next((k for k, v in row.items() if not isinstance(k, str) or not (v is None or is_real_type(type(v)))),
+                   None)
         if bad is not None:
             raise _refuse(path, f"holds a metrics row {number} whose {_shown(bad)} = {_shown(row[bad])} is not a number "
                           "or null")
-        if row.get("epoch") != number or isinstance(row.get("epoch"), bool):
+        if not is_int(row.get("epoch")) or row.get("epoch") != number:
             raise _refuse(path, f"holds a metrics row {number} of epoch {_shown(row.get('epoch'))}, not of epoch {number}")
         for key, rule in _SHOWN.items():
             if not rule.ok(row.get(key)):
