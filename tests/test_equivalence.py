@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from explr.invariance import TWIN_EFFECTIVE_LR_TOLERANCE, effective_lr_gap
 from explr.models import invariant_bn_mlp
 from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
 import explr.sgd as sgd_module
@@ -17,7 +16,7 @@ from explr.sgd import output_deviation, prediction_agreement, train_sgd
 
 from digits_helpers import digit_batches
 
-STEPS = 1000
+STEPS = 400  # ten epochs of 40 steps: two decays and a cosine, every correction exercised
 pytestmark = pytest.mark.slow  # each test trains the network for seconds: `make test` runs them, `make unit` not
 
 
@@ -52,7 +51,7 @@ def test_without_the_start_correction_the_runs_separate(setup):
 
 
 def test_step_decay_equals_texp_with_corrections(setup):
-    lr = step_decay(0.1, 10, 100, [4, 7])
+    lr = step_decay(0.1, 10, 40, [4, 7])
     original = run(setup, lr, 5e-4, 0.9)
     s = texp(lr, 5e-4, 0.9)
     assert_equivalent(original, run(setup, s.lr, s.wd, 0.9), s)
@@ -64,9 +63,9 @@ def test_step_decay_equals_texp_with_corrections(setup):
 @pytest.mark.parametrize("kind", ["cosine-per-step", "warmup-then-cosine", "random"])
 def test_texp_plus_plus_is_exact_for_any_schedule(setup, kind):
     if kind == "cosine-per-step":
-        lr = cosine(0.1, 10, 100, per="step")
+        lr = cosine(0.1, 10, 40, per="step")
     elif kind == "warmup-then-cosine":
-        lr = np.concatenate([np.linspace(0.01, 0.1, 100), cosine(0.1, 9, 100, per="step")])
+        lr = np.concatenate([np.linspace(0.01, 0.1, 40), cosine(0.1, 9, 40, per="step")])
     else:
         lr = np.random.default_rng(0).uniform(0.01, 0.2, STEPS)
     wd = np.linspace(5e-4, 1e-4, STEPS)
@@ -76,14 +75,14 @@ def test_texp_plus_plus_is_exact_for_any_schedule(setup, kind):
 
 
 def test_texp_minus_minus_equals_constant_lr_with_the_wd_cut(setup):
-    lr = step_decay(0.1, 10, 100, [4, 7])
+    lr = step_decay(0.1, 10, 40, [4, 7])
     original = run(setup, np.full(STEPS, 0.1), 5e-4 * lr / 0.1, 0.9)
     s = texp_minus_minus(lr, 5e-4, 0.9)
     assert_equivalent(original, run(setup, s.lr, s.wd, 0.9), s)
 
 
 def test_cosine_hybrid_is_exact_with_per_epoch_corrections(setup):
-    lr = cosine(0.1, 10, 100, per="epoch")
+    lr = cosine(0.1, 10, 40, per="epoch")
     original = run(setup, lr, 5e-4, 0.9)
     s = texp(lr, 5e-4, 0.9)
     assert_equivalent(original, run(setup, s.lr, s.wd, 0.9), s)
@@ -92,7 +91,7 @@ def test_cosine_hybrid_is_exact_with_per_epoch_corrections(setup):
 def test_equivalent_rescaling_keeps_the_trajectory_in_float64(setup):
     s = exp_lr(0.1, 5e-4, 0.9, STEPS)
     plain = run(setup, s.lr, s.wd, 0.9)
-    rescaled = run(setup, s.lr, s.wd, 0.9, rescale_above=0.15)
+    rescaled = run(setup, s.lr, s.wd, 0.9, rescale_above=0.11)  # the lr grows 0.1 → 0.15
     assert rescaled.rescale < 1  # rescaling happened
     assert output_deviation(plain, rescaled).max() < 1e-9
 
@@ -167,21 +166,3 @@ def test_rescaled_float32_run_agrees_with_float64_sgd_while_not_chaotic(digits64
         patch.setattr(sgd_module, "PerStepLR", MomentumNotRescaled)
         wrong = run32()
     assert output_deviation(reference, wrong).max() > 1000 * FLOAT32_EPS
-
-
-def test_a_texp_with_the_wrong_weight_decay_fails_the_twin_effective_lr_check(digits64):
-    """Chapter 6's twin check, |η̃^eff/η^eff − 1| per epoch below TWIN_EFFECTIVE_LR_TOLERANCE (2.4 %), on a run it
-    can judge exactly: Step Decay + WD (3,000 steps, cuts at 2,000 and 2,500, phase 0 lasting 4 τ_θ) against
-    TEXP built with the right λ (gap measured 5.0e-4) and with λ off by 10 % (the negative control, measured
-    5.8 %: it must fail)."""
-    lr = step_decay(0.1, epochs=30, steps_per_epoch=100, milestones=[20, 25])
-    batches = digit_batches(digits64, len(lr))
-
-    def per_epoch_effective_lr(schedule_lr, schedule_wd):
-        t = train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, schedule_lr, schedule_wd, 0.9, record_every=100)
-        return (t.lrs / t.sq_norms[:-1])[99::100]
-
-    original = per_epoch_effective_lr(lr, 5e-4)
-    right, wrong = texp(lr, wd=5e-4, momentum=0.9), texp(lr, wd=5.5e-4, momentum=0.9)
-    assert effective_lr_gap(per_epoch_effective_lr(right.lr, right.wd), original) < TWIN_EFFECTIVE_LR_TOLERANCE / 10
-    assert effective_lr_gap(per_epoch_effective_lr(wrong.lr, wrong.wd), original) > TWIN_EFFECTIVE_LR_TOLERANCE

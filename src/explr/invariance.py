@@ -40,7 +40,6 @@ __all__ = [
     "norm_relaxation_time",
     "effective_lr_relaxation",
     "chained_effective_lr",
-    "TWIN_EFFECTIVE_LR_TOLERANCE",
     "effective_lr_gap",
 ]
 
@@ -287,13 +286,6 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
         out[begin:end] = eta / np.sqrt(relaxed)
         u = relaxed[-1]
     return out
-
-
-#: Relative tolerance on the effective learning rates of two exact twins (e.g. TEXP and Step Decay + WD), per
-#: epoch. A TEXP built with λ off by 10 % is the exact twin of SGD with weight decay 1.1 λ, whose effective LR
-#: settles at √1.1 ≈ 1.049 times the right one (it scales like √(ηλ) at equilibrium, :func:`chained_effective_lr`);
-#: the tolerance is half that gap, (√1.1 − 1)/2 = 2.4 %, so such a twin fails the check once it has settled.
-TWIN_EFFECTIVE_LR_TOLERANCE = (math.sqrt(1.1) - 1) / 2
 
 
 def effective_lr_gap(twin, original) -> float:

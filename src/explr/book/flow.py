@@ -220,9 +220,13 @@ class FlatProblem:
         hv = torch.autograd.grad(g, theta, grad_outputs=v, create_graph=order == 2, retain_graph=order == 2)[0]
         field = -v - 0.5 * lr * hv.detach()
         if order == 2:
-            hhv = torch.autograd.grad(g, theta, grad_outputs=hv.detach(), retain_graph=True)[0]
-            d3 = _grad_or_zero(hv, theta, v)
-            field = field - lr**2 * (d3 / 12.0 + hhv / 3.0)
+            # (1/12) D³R[v, v] + (1/3) H²v = ∇_θ[(1/12) vᵀ(Hv) + (1/3) gᵀ(Hv)] with v and Hv held fixed:
+            # one backward pass through both graphs (the two terms separately cost a fifth more)
+            if hv.requires_grad:
+                terms = torch.autograd.grad((hv, g), theta, grad_outputs=(v / 12.0, hv.detach() / 3.0))[0]
+            else:  # D³R = 0 (a quadratic R): only H²v is left
+                terms = torch.autograd.grad(g, theta, grad_outputs=hv.detach() / 3.0)[0]
+            field = field - lr**2 * terms
         return field
 
 
