@@ -132,7 +132,7 @@ def main() -> int:
     results = run_plan(plan, out, arrays=arrays, jobs=n_runs, resume=True, progress=False,
                        deadline=T0 + args.budget - 15, log_file="train.log")
     for r in results:
-        log(f"{r['out']}: {r['status']}, {r['epochs_done']} epochs")
+        log(f"{r.out}: {r.status}, {r.epochs_done} epochs")
     pack(out, dest)
     return 0
 
