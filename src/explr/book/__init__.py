@@ -3,13 +3,13 @@
 * :mod:`explr.book.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds (chapter 4);
 * :mod:`explr.book.flow` -- gradient flow and modified flows with counter terms (chapter 5);
 * :mod:`explr.book.sharpness` -- the Hessian's top eigenvalue, by Lanczos and by power iteration (chapter 5);
-* :mod:`explr.book.stats` -- the fits and levels the chapters measure (log-log slopes, returning levels);
+* :mod:`explr.book.stats` -- the statistics of the chapters: fits and levels (log-log slopes, returning
+  levels; chapters 4, 5), and chapter 6's registered analysis plans (``analysis_plan_v2.json``), their
+  verdicts (Welch, TOST, Holm), power analysis and the confirmatory grid's cost;
 * :mod:`explr.book.digits` -- scikit-learn's 8×8 digits, the small real dataset of chapters 1-3 and 5;
 * :mod:`explr.book.plotting` -- the book's figure style (vector figures, one colour per schedule);
 * :mod:`explr.book.checks` -- a chapter's asserted claims, one line each, and the round-off rule of what
   they show;
-* :mod:`explr.book.report` -- chapter 6's pre-registered analysis plan (``analysis_plan.json``) and its
-  verdicts (Welch, TOST, Holm);
 * :mod:`explr.book.twins` -- the exact-twin test on a real network (chapter 6): TEXP and the cosine hybrid
   against their weight-decay originals, logit for logit, within a float64 round-off bound.
 
