@@ -14,8 +14,8 @@ from explr.book.toy import (
     population_grad,
     sample_batch,
     simulate,
-    theorem_T1,
-    theorem_T2,
+    theorem_W1,
+    theorem_W2,
     training_error,
 )
 from explr.invariance import angular_identity_gap, equilibrium_step_angle
@@ -140,24 +140,24 @@ def test_norm_dynamics_of_the_scale_invariant_models():
 
 def test_theorem_quantities():
     kw = dict(lr=0.1, wd=0.05, eps=0.03, batch_size=64, dim=6)
-    t1 = theorem_T1(np.array([1.0, 2.0]), **kw)
+    t1 = theorem_W1(np.array([1.0, 2.0]), **kw)
     expected = math.log(64 * 1.0 * 0.03 * 8 / (0.1 * 2)) / (2 * (0.005 - 2 * 0.03**2))
     assert abs(t1[0] - expected) < 1e-9
     assert abs(t1[1] - t1[0] - math.log(4) / (2 * (0.005 - 2 * 0.03**2))) < 1e-9
-    assert theorem_T1(1e-3, **kw) == 0.0  # already below the proof's norm threshold
-    assert abs(theorem_T2(0.01) - 9 * math.log(100)) < 1e-12
+    assert theorem_W1(1e-3, **kw) == 0.0  # already below the proof's norm threshold
+    assert abs(theorem_W2(0.01) - 9 * math.log(100)) < 1e-12
     with pytest.raises(ValueError, match="eps must be in"):
-        theorem_T1(1.0, **{**kw, "eps": 0.06})
+        theorem_W1(1.0, **{**kw, "eps": 0.06})
     with pytest.raises(ValueError, match="dim must be an integer >= 3"):
-        theorem_T1(1.0, **{**kw, "dim": 2})
+        theorem_W1(1.0, **{**kw, "dim": 2})
     with pytest.raises(ValueError, match="delta"):
-        theorem_T2(1.0)
+        theorem_W2(1.0)
 
 
 def test_window_claim_counts_violations():
     kw = dict(lr=0.1, wd=0.05, eps=0.03, delta=0.5, batch_size=1, dim=3)
     n, level = 200, 0.03 / math.pi
-    norm = np.full((n, 2), 0.01)  # tiny norm: T_1 = 0, windows of ⌊9 ln 2⌋ = 6 steps
+    norm = np.full((n, 2), 0.01)  # tiny norm: W_1 = 0, windows of ⌊9 ln 2⌋ = 6 steps
     error = np.full((n, 2), 2 * level)
     check = check_window_claim(error, norm, **kw)
     assert check.violations == 0 and check.windows == 2 * (n - 6) and (check.length == 6).all()

@@ -24,9 +24,9 @@ and starts from a given w_0 (e.g. R·e_1, inside the ε-cone of Thm 3.1) when as
 Quantities of the theorem (all exact for this data distribution):
 
 * training (= test) error of a linear classifier: P(sign(wᵀx) ≠ sign(x_1)) = ∠(w, e_1)/π;
-* Thm 3.1: for 0 < ε < √(ηλ/2) and any T_0, with probability >= 1 − δ the error exceeds ε/π at least
-  once in the T_1 + T_2 steps after T_0, where
-  T_1 = ln(64 ‖w_{T_0}‖² ε √B / (η √(m−2))) / (2(ηλ − 2ε²)) and T_2 = 9 ln(1/δ);
+* Thm 3.1: for 0 < ε < √(ηλ/2) and any k_0, with probability >= 1 − δ the error exceeds ε/π at least
+  once in the W_1 + W_2 steps after k_0, where
+  W_1 = ln(64 ‖w_{k_0}‖² ε √B / (η √(m−2))) / (2(ηλ − 2ε²)) and W_2 = 9 ln(1/δ);
 * the expected loss of the BN models is *linear* in cos∠(w, e_1):  with u = w/‖w‖,
 
       E ℓ(y uᵀx) = E_z[ln(1 + e^z)] − u_1/√(2π)            (z ~ N(0, 1); re-derived here)
@@ -59,8 +59,8 @@ __all__ = [
     "simulate",
     "angle_to_e1",
     "training_error",
-    "theorem_T1",
-    "theorem_T2",
+    "theorem_W1",
+    "theorem_W2",
     "WindowCheck",
     "check_window_claim",
 ]
@@ -266,11 +266,11 @@ def _check_eps(eps, lr, wd):
     return float(eps)
 
 
-def theorem_T1(norm, *, lr, wd, eps, batch_size, dim):
-    """T_1 of Thm 3.1 at ‖w_{T_0}‖ = ``norm`` (array ok): ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)).
+def theorem_W1(norm, *, lr, wd, eps, batch_size, dim):
+    """W_1 of Thm 3.1 at ‖w_{k_0}‖ = ``norm`` (array ok): ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)).
 
     Needs 0 < ε < √(ηλ/2) and m >= 3.  Where the logarithm is negative the norm is already below the
-    proof's threshold ‖w‖² <= η√(m−2)/(64 ε √B) and T_1 = 0 (returned clipped at 0).
+    proof's threshold ‖w‖² <= η√(m−2)/(64 ε √B) and W_1 = 0 (returned clipped at 0).
     """
     lr, wd = _positive("lr", lr), _positive("wd", wd)
     eps = _check_eps(eps, lr, wd)
@@ -280,8 +280,8 @@ def theorem_T1(norm, *, lr, wd, eps, batch_size, dim):
     return np.maximum(np.log(arg) / (2 * (lr * wd - 2 * eps**2)), 0.0)
 
 
-def theorem_T2(delta):
-    """T_2 = 9 ln(1/δ) of Thm 3.1 (each step leaves the cone with probability >= 1/9 once ‖w‖ is small)."""
+def theorem_W2(delta):
+    """W_2 = 9 ln(1/δ) of Thm 3.1 (each step leaves the cone with probability >= 1/9 once ‖w‖ is small)."""
     if not (np.ndim(delta) == 0 and 0 < float(delta) < 1):
         raise ValueError(f"delta must be in (0, 1); got {delta!r}")
     return 9 * math.log(1 / float(delta))
@@ -291,9 +291,9 @@ def theorem_T2(delta):
 class WindowCheck:
     """Result of :func:`check_window_claim`.
 
-    windows : number of (seed, T_0) windows that fit in the run and were checked.
+    windows : number of (seed, k_0) windows that fit in the run and were checked.
     violations : how many of them never saw the error exceed ε/π.
-    length : (windows,) the window lengths ⌊T_1 + T_2⌋ in steps.
+    length : (windows,) the window lengths ⌊W_1 + W_2⌋ in steps.
     """
 
     windows: int
@@ -306,10 +306,10 @@ class WindowCheck:
 
 
 def check_window_claim(error, norm, *, lr, wd, eps, delta, batch_size, dim, starts=None) -> WindowCheck:
-    """Check Thm 3.1 on recorded runs: for each seed and each start T_0, does the error exceed ε/π at some
-    t ∈ {T_0, …, T_0 + ⌊T_1(‖w_{T_0}‖) + T_2⌋}?
+    """Check Thm 3.1 on recorded runs: for each seed and each start k_0, does the error exceed ε/π at some
+    t ∈ {k_0, …, k_0 + ⌊W_1(‖w_{k_0}‖) + W_2⌋}?
 
-    ``error``, ``norm``: (steps + 1, seeds) of one BN+WD run.  ``starts``: the T_0 to try (default: all);
+    ``error``, ``norm``: (steps + 1, seeds) of one BN+WD run.  ``starts``: the k_0 to try (default: all);
     windows that run past the end are skipped.  The theorem allows a fraction δ of violations.
     """
     error, norm = np.asarray(error), np.asarray(norm)
@@ -323,8 +323,8 @@ def check_window_claim(error, norm, *, lr, wd, eps, delta, batch_size, dim, star
     t = np.arange(n)[:, None]
     idx = np.where(error > eps / math.pi, t, n)
     next_exceed = np.minimum.accumulate(idx[::-1], axis=0)[::-1]
-    length = np.floor(theorem_T1(norm[starts], lr=lr, wd=wd, eps=eps, batch_size=batch_size, dim=dim)
-                      + theorem_T2(delta)).astype(int)
+    length = np.floor(theorem_W1(norm[starts], lr=lr, wd=wd, eps=eps, batch_size=batch_size, dim=dim)
+                      + theorem_W2(delta)).astype(int)
     end = starts[:, None] + length
     fits = end < n
     ok = next_exceed[starts] <= end
