@@ -292,7 +292,8 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
 
 
 def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
-    """TEXP++ (Theorem 2.13): exact for *any* per-step schedule, no momentum correction.
+    """TEXP++ (Theorem 2.13): exact for any per-step schedule whose α_k stay > 0 (a ValueError otherwise), no
+    momentum correction.
 
     α_1 = 1 − lr_0 wd_0,   α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k),
     P_k = ∏_{i=1..k} 1/α_i,   lr̃_k = P_k P_{k+1} lr_k,   θ̃_k = P_k θ_k.
