@@ -20,6 +20,7 @@ COLORS = {
     "cosine-texp": "#8c564b",
     "no-correction": "#7f7f7f",
     "float32": "#17becf",
+    "bf16": "#bcbd22",
     "eps": "#e377c2",
     "theory": "#000000",
 }
