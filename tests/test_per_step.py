@@ -1,10 +1,10 @@
-"""explr.per_step: each check names the argument, the rule and the first step that breaks it, and
+"""The per-step input checks of explr.schedules: each check names the argument, the rule and the first step that breaks it, and
 the same rule holds wherever it is used (schedules, PerStepLR, the relaxation times)."""
 import numpy as np
 import pytest
 
 from explr.invariance import chained_effective_lr
-from explr.per_step import (
+from explr.schedules import (
     check_momentum,
     check_positive_int,
     check_real,

@@ -5,9 +5,9 @@ Deep Learning" (ICLR 2020).  Three floors, each importing only from the floors b
 
 The paper's maths and its torch glue:
 
-* :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents;
+* :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents, and the checks of
+  per-step inputs (and of step decay's milestones) that every module of this floor uses;
 * :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any schedule;
-* :mod:`explr.per_step` -- the checks of per-step arrays (and of step decay's milestones) that both of them use;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
 * :mod:`explr.invariance` -- making and checking scale invariance; the norm-equilibrium model;
 * :mod:`explr.models` -- the networks (BN MLP, PreResNet);
@@ -15,7 +15,7 @@ The paper's maths and its torch glue:
   number or an integer is, not a bool, for every check of this floor).
 
 The book's simulations, :mod:`explr.book` (toy model, flows, sharpness, statistics, the digits data,
-figure style, chapter 6's pre-registered analysis).
+figure style, chapter 6's registered analysis and the exact-twin test).
 
 The CIFAR-10 engine, :mod:`explr.cifar10` (a package) and its CLI ``python -m explr.cifar10``.
 """

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .per_step import check_momentum
+from .schedules import check_momentum
 
 __all__ = [
     "NORM_LAYERS",

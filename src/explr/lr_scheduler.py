@@ -62,8 +62,7 @@ from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
 from .params import is_int, is_real
-from .per_step import plain_arrays
-from .schedules import EquivalentSchedule, PlainSchedule
+from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "max_rescale_above"]
 

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..invariance import trainable_parameters
-from ..per_step import check_momentum, check_positive_int, check_real
+from ..schedules import check_momentum, check_positive_int, check_real
 from ..schedules import PlainSchedule, alpha, cosine, step_decay, texp
 from ..sgd import output_deviation, prediction_agreement, train_sgd
 from .digits import batch_schedule

@@ -22,7 +22,7 @@ import torch
 
 from ..lr_scheduler import max_rescale_above
 from ..params import Choice, Flag, Float, Int, Numbers, Text
-from ..per_step import check_milestones
+from ..schedules import check_milestones
 from ..schedules import CORRECTIONS
 
 __all__ = [

@@ -44,8 +44,9 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
     c = config
     E, S = c.epochs, steps_per_epoch
     check_schedule_memory(c, S)
+    milestones = c.milestones()  # the config's, resolved before the maths floor is called
     if c.schedule in ("step", "texp", "texp--"):
-        base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
+        base = step_decay(c.lr, E, S, milestones, c.decay_factor)
     else:
         base = cosine(c.lr, E, S, per="epoch")
     if c.schedule in ("step", "cosine"):
