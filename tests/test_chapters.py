@@ -31,9 +31,9 @@ SMOKE = {
     "03_multi_phase": {"epochs": 40, "milestones": [20, 30]},
     "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100,
                                 "population_steps": 1500, "exit_radii": [10, 1000], "exit_seeds": 4},
-    "05_continuous_time": {"hidden": 8, "n_train": 256, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
+    "05_continuous_time": {"hidden": 6, "n_train": 128, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
                            "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 50, "trans_steps": 3,
-                           "edge_time": 0.5},  # the edge-of-stability run too short to settle: its claims skip
+                           "edge_time": 0.25},  # the edge-of-stability run too short to settle: its claims skip
     "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 8,
                    "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
     "07_using_explr": {"epochs": 8, "milestones": [4, 6], "extreme_steps": 200, "engine": False},
