@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .params import is_real
 from .schedules import check_momentum
 
 __all__ = [
@@ -191,8 +192,8 @@ def equilibrium_step_angle(lr: float, wd: float, momentum: float = 0.0) -> float
     dynamics"; paper notes §6).
     """
     for name, value in (("lr", lr), ("wd", wd), ("momentum", momentum)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-            raise ValueError(f"{name} must be a number; got {value!r}")
+        if not is_real(value):
+            raise ValueError(f"{name} must be a finite number; got {value!r}")
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
     if not (math.isfinite(wd) and wd > 0):
@@ -241,8 +242,7 @@ def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: floa
     over every phase of a schedule.
     """
     for name, value in (("lr_ratio", lr_ratio), ("wd_ratio", wd_ratio), ("lr", lr), ("wd", wd)):
-        if isinstance(value, bool) or not (isinstance(value, (int, float, np.floating, np.integer))
-                                           and math.isfinite(value) and value > 0):
+        if not (is_real(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
     check_momentum(momentum)
     t = np.asarray(steps, dtype=float)
