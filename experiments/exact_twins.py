@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import os
 import platform
 import sys
 import time
@@ -31,7 +30,8 @@ import torch
 from explr.book.twins import PAIRS, PRECISIONS, TwinSettings, run_unit, summarise
 from explr.cifar10.arrays import load_npz
 from explr.cifar10.config import default_decay_epochs
-from explr.cifar10.runs import _git_commit
+from explr.cifar10.files import atomic_write
+from explr.cifar10.runs import git_commit
 from explr.models import PreResNet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,10 +94,9 @@ def data(args, settings: TwinSettings):
 
 
 def write(path: Path, metrics: dict) -> None:
+    """``metrics`` as indented JSON at ``path``, whole or not at all (the engine's atomic write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write((json.dumps(metrics, indent=1) + "\n").encode()))
 
 
 def main(argv=None) -> int:
@@ -125,7 +124,7 @@ def main(argv=None) -> int:
     metrics["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
                           "numpy": np.__version__, "python": platform.python_version(),
-                          "threads": torch.get_num_threads(), "git": _git_commit()}
+                          "threads": torch.get_num_threads(), "git": git_commit()}
 
     def build(eps):
         return PreResNet(args.depth, eps=eps, seed=args.seed)

@@ -59,14 +59,14 @@ from .runfolder import (
 from .sources import load_cifar10
 from .status import Status
 
-__all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "train_run"]
+__all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "git_commit", "train_run"]
 
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
 
 
 # ----------------------------------------------------------------------------- provenance
-def _git_commit() -> dict:
+def git_commit() -> dict:
     """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
     here = Path(__file__).resolve().parent
     if os.environ.get("EXPLR_GIT_COMMIT"):
@@ -97,7 +97,7 @@ def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: Cif
             "devices": devices, "data": arrays.describe(),
             "environment": {
                 "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
-                "platform": platform.platform(), "git": _git_commit(),
+                "platform": platform.platform(), "git": git_commit(),
                 "cuda": torch.version.cuda if trainer.device.type == "cuda" else None,
             },
             "started": previous.get("started", _now()), "updated": _now(), "epochs_done": start,
