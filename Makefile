@@ -19,7 +19,7 @@ help:  ## list the targets
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-compile -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
@@ -27,7 +27,7 @@ install: $(STAMP)  ## create .venv (if absent) and install the locked stack (req
 
 lock:  ## after editing requirements.txt: install it into .venv, rewrite requirements.lock and binder/requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) .ci/lock.py
 	@touch $(STAMP)

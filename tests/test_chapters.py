@@ -5,7 +5,10 @@
   chapter's small run.  (A run at SMOKE alone is not made: each run below already is one, plus a change);
 * every ``make chapter N=NN ARGS="..."`` command in a chapter's markdown ("Try this") runs with SMOKE updated
   by its ``-p``/``-y`` parameters, and the README's example runs exactly as written;
-* ``INVALID``: an out-of-range value per chapter, which must stop the chapter with a one-line error naming it.
+* ``INVALID``: an out-of-range value per chapter, which must stop the chapter at its check cell (the first
+  cell after the parameters) with a one-line error naming it.  These runs execute the chapter's cells in
+  the test's own process, up to that cell, with the parameter cell papermill injects: a kernel would cost
+  about 4 s of start and imports per run to evaluate one cell.
 
 nbval (``pytest book --nbval-lax``, part of ``make test``) separately re-runs the committed
 notebooks with their default parameters and compares the cells tagged ``nbval-check-output``.
@@ -134,6 +137,33 @@ def run_chapter(chapter, parameters, tmp_path):
             os.environ["MPLBACKEND"] = backend
 
 
+def run_to_the_check_cell(chapter, parameters, tmp_path):
+    """Execute ``chapter``'s code cells in this process, in a fresh namespace, from the first through the
+    one after papermill's injected ``parameters`` (the check cell); returns the injected cell's source.
+
+    The notebook is parameterised by papermill itself (:func:`papermill.parameterize.parameterize_notebook`),
+    so the injected cell is the one ``make chapter`` runs.  The chapters use no IPython magics
+    (:func:`test_chapter_is_well_formed`), so their code is plain Python."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    nb = parameterize_notebook(load_notebook_node(str(BOOK / f"{chapter}.ipynb")),
+                               {k: v.format(tmp=tmp_path) if isinstance(v, str) else v
+                                for k, v in parameters.items()},
+                               kernel_name="python3", language="python")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    injected = next(i for i, c in enumerate(code) if "injected-parameters" in tags(c))
+    namespace = {"__name__": "__main__"}
+    cwd = os.getcwd()
+    os.chdir(BOOK)  # as papermill's --cwd book
+    try:
+        for i, cell in enumerate(code[: injected + 2]):
+            exec(compile(cell.source, f"<{chapter} code cell {i}>", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    return code[injected].source
+
+
 def cells(chapter):
     return json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
 
@@ -196,12 +226,28 @@ def test_readme_shows_a_rerun_example():
 @pytest.mark.parametrize("chapter, params", [(ch, p) for ch in CHAPTERS for p in INVALID.get(ch, [{}])],
                          ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else v)
 def test_out_of_range_parameters_stop_with_one_clear_line(chapter, params, tmp_path):
-    from papermill.exceptions import PapermillExecutionError
-
     assert params, f"add an out-of-range parameter for {chapter} to INVALID in {__file__}"
     (name, value), = params.items()
-    with pytest.raises(PapermillExecutionError) as err:
-        run_chapter(chapter, {**SMOKE[chapter], name: value}, tmp_path)
+    with pytest.raises(ValueError) as err:
+        injected = run_to_the_check_cell(chapter, {**SMOKE[chapter], name: value}, tmp_path)
+        pytest.fail(f"{chapter} ran its check cell with {name} = {value!r} (injected:\n{injected})")
     named = NAMED.get((chapter, name), name)
-    assert err.value.ename == "ValueError" and err.value.evalue.startswith(f"{named} = "), err.value.evalue
-    assert len(err.value.evalue.splitlines()) == 1
+    message = str(err.value)
+    assert message.startswith(f"{named} = "), message
+    assert len(message.splitlines()) == 1, message
+    cell = next(e for e in reversed(err.traceback) if e.frame.code.raw.co_filename.startswith(f"<{chapter}"))
+    assert cell.frame.code.raw.co_filename.endswith(f"code cell {cell_after_parameters(chapter)}>"), \
+        f"{chapter} stopped in {cell.frame.code.raw.co_filename}, not in its check cell"
+
+
+def cell_after_parameters(chapter) -> int:
+    """The index among the code cells, once papermill has injected its cell, of the check cell."""
+    code = [c for c in cells(chapter) if c["cell_type"] == "code"]
+    return next(i for i, c in enumerate(code) if "parameters" in tags(c)) + 2
+
+
+def test_the_check_cell_runner_returns_when_the_parameters_are_valid(tmp_path):
+    """A value inside its range passes chapter 1's check cell and the runner returns there, having run no
+    further: so an out-of-range test above fails (``pytest.fail``) where a check is missing."""
+    injected = run_to_the_check_cell("01_scale_invariance", {**SMOKE["01_scale_invariance"], "lr": 2.0}, tmp_path)
+    assert "lr = 2.0" in injected
