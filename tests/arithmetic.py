@@ -2,8 +2,8 @@
 
 A committed output that depends on the last bits of a float passes on the machine that wrote it and fails
 on another CPU (MKL and ATen pick their kernels by CPU; reductions split by thread count).  To fail it here
-instead, the kernels started by nbval (the committed notebooks, whose outputs it compares) and by the
-chapter tests (papermill, whose runs assert the claims) get :data:`PERTURBED` in their environment:
+instead, the kernels started by nbval (the committed notebooks, whose outputs it compares) get
+:data:`PERTURBED` in their environment:
 
 * ``ATEN_CPU_CAPABILITY=default``: ATen's kernels without AVX2/AVX-512 vectorisation;
 * ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility mode, another code path for
@@ -13,9 +13,18 @@ chapter tests (papermill, whose runs assert the claims) get :data:`PERTURBED` in
 * ``OMP_NUM_THREADS=2``: another thread count than ``make execute``'s one (the chapters pin torch to one
   thread, so this reaches numpy's BLAS and the code before that call).
 
-``tests/test_roundoff_guard.py`` shows that a deliberately fragile output fails under it.  This module is a
-pytest plugin (``-p arithmetic``, from ``addopts``): its hooks apply to ``book/`` as well as ``tests/``.  It
-also tells pytest-xdist which tests must share a worker (:func:`pytest_xdist_make_scheduler`).
+The chapter tests (papermill, whose runs assert the claims at other parameters) get :data:`RERUN_PERTURBED`.
+On a CPU with AVX-512 (this one) it has the same thread count and numpy BLAS, with ATen's and MKL's AVX2
+code paths instead of the unvectorised ones: another arithmetic again, which costs less.  MKL's compatible
+path makes the float64 matmuls of the chapters' small networks about twice as slow (chapter 5's order-2
+field: 18 → 38 ms an evaluation, measured here), and the papermill runs are much of the suite's time.  A
+claim asserted at a reader's parameters thus runs under a third arithmetic, besides ``make execute``'s and
+nbval's.  On a CPU without AVX-512, AVX2 is its own path, and the chapter tests get :data:`PERTURBED`.
+
+``tests/test_roundoff_guard.py`` shows that a deliberately fragile output fails under :data:`PERTURBED`,
+and that :data:`RERUN_PERTURBED` changes a float64 matmul's last digits.  This module is a pytest plugin
+(``-p arithmetic``, from ``addopts``): its hooks apply to ``book/`` as well as ``tests/``.  It also tells
+pytest-xdist which tests must share a worker (:func:`pytest_xdist_make_scheduler`).
 """
 from __future__ import annotations
 
@@ -32,11 +41,23 @@ PERTURBED = {
 }
 
 
+def _rerun_perturbed() -> dict:
+    """:data:`PERTURBED` with ATen's and MKL's AVX2 paths where this CPU's own are AVX-512 (else itself)."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":
+        return {**PERTURBED, "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+    return dict(PERTURBED)
+
+
+RERUN_PERTURBED = _rerun_perturbed()
+
+
 @contextmanager
-def perturbed_arithmetic():
-    """``os.environ`` with :data:`PERTURBED` while the block runs (a kernel started there inherits it)."""
-    saved = {name: os.environ.get(name) for name in PERTURBED}
-    os.environ.update(PERTURBED)
+def perturbed_arithmetic(perturbation=PERTURBED):
+    """``os.environ`` with ``perturbation`` while the block runs (a kernel started there inherits it)."""
+    saved = {name: os.environ.get(name) for name in perturbation}
+    os.environ.update(perturbation)
     try:
         yield
     finally:
@@ -47,17 +68,21 @@ def perturbed_arithmetic():
                 os.environ[name] = value
 
 
-def _starts_a_kernel(item) -> bool:
-    """An nbval cell of a committed notebook (its file's kernel starts in the first cell's setup), or a
-    chapter test (papermill starts the kernel in the test's call)."""
-    return item.path.suffix == ".ipynb" or item.get_closest_marker("chapters") is not None
+def _perturbation(item) -> dict | None:
+    """:data:`PERTURBED` for an nbval cell of a committed notebook (its file's kernel starts in the first
+    cell's setup), :data:`RERUN_PERTURBED` for a chapter test (papermill starts the kernel in the test's
+    call), None for any other test."""
+    if item.path.suffix == ".ipynb":
+        return PERTURBED
+    return RERUN_PERTURBED if item.get_closest_marker("chapters") is not None else None
 
 
 @pytest.hookimpl(wrapper=True)
 def _perturbed_if_it_starts_a_kernel(item):
-    if not _starts_a_kernel(item):
+    perturbation = _perturbation(item)
+    if perturbation is None:
         return (yield)
-    with perturbed_arithmetic():
+    with perturbed_arithmetic(perturbation):
         return (yield)
 
 

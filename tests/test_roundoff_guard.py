@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from arithmetic import PERTURBED
+from arithmetic import PERTURBED, RERUN_PERTURBED
 
 TESTS = Path(__file__).resolve().parent
 
@@ -88,3 +88,17 @@ def test_a_raw_sum_fails_the_guard_and_the_rounded_deviation_passes(tmp_path):
     assert guarded.returncode == 1, guarded.stdout[-3000:]
     assert "FAILED committed.ipynb::Cell 0" in guarded.stdout, guarded.stdout[-3000:]
     assert "PASSED committed.ipynb::Cell 1" in guarded.stdout, guarded.stdout[-3000:]
+
+
+def test_the_chapter_tests_perturbation_changes_a_float64_matmul():
+    """The papermill runs' :data:`RERUN_PERTURBED` is a perturbation too: the matmul's last digits move."""
+    def matmul(env):
+        code = SETUP + "print(repr(float((a @ a).sum())))"
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.strip()
+
+    with native_arithmetic():
+        native = matmul(dict(os.environ))
+    perturbed = matmul({**os.environ, **RERUN_PERTURBED})
+    assert native != perturbed, f"{RERUN_PERTURBED} leaves the matmul at {native}"

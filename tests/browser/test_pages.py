@@ -4,8 +4,10 @@ Per page of _toc.yml (so chapters added to _toc.yml are covered without touching
 MathJax typeset every formula (no raw ``$$``/``\\(`` left, no MathJax error for an unknown macro);
 every image loaded; no error output, no stderr warning, no docutils error in the page; every
 local link resolves, to a file and, for ``#anchor`` links, to an element with that id; no
-JavaScript exception and no missing local resource; and one full-page screenshot in
-test-artifacts/screenshots/. Chapter pages also: theorems/lemmas/definitions and figures carry
+JavaScript exception and no missing local resource. A page that fails leaves two full-page
+screenshots in test-artifacts/screenshots/, at 1280 and at 800 px; ``BOOKCHECK_SCREENSHOTS=all``
+(``make browser-check`` sets it) takes them of every page. (They are 3.5 s a page, about half the
+check's time, so ``make test`` takes them only where they explain a failure.) Chapter pages also: theorems/lemmas/definitions and figures carry
 the chapter's number (``Lemma 1.2``, ``Fig. 1.3``) in one running sequence, every plot is a
 numbered figure with a caption, plumbing code is collapsed, long outputs scroll (tables and
 ``full-output`` cells are shown whole, never clipped), the install cell
@@ -14,10 +16,11 @@ is not shown, and the Colab and Binder buttons point at this chapter's notebook.
 Layout, per page at 1280 px (bookcheck.layout_problems): no display equation wider than the text
 column, no code cell or text output that scrolls sideways, every figure an SVG or a raster of at
 least twice its displayed width, and SVG text at least 9 px as displayed (super- and subscripts
-6.3 px). A second screenshot per page at 800 px.
+6.3 px).
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -186,6 +189,13 @@ def _chapter_problems(report: dict, docname: str) -> list[str]:
     return out
 
 
+#: whether every page gets its screenshots, or only a page that fails
+ALL_SCREENSHOTS = os.environ.get("BOOKCHECK_SCREENSHOTS") == "all"
+CITES_JS = "ss => ss.map(s => [s.textContent, [...s.querySelectorAll('a')].map(a => a.href)])"
+#: docname → its citations, [text, [hrefs]], read while test_page has the page open
+CITES: dict[str, list] = {}
+
+
 @pytest.mark.parametrize("docname", PAGES)
 def test_page(docname, book_html, browser, screenshots):
     html = book_html
@@ -196,18 +206,21 @@ def test_page(docname, book_html, browser, screenshots):
         _ready(page)
         report = page.evaluate(INSPECT)
         layout = page.evaluate(LAYOUT)
-        page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
-        page.set_viewport_size({"width": 800, "height": 900})
-        page.wait_for_timeout(300)
-        page.screenshot(path=str(screenshots / f"{name}@800px.png"), full_page=True)
+        CITES[docname] = page.eval_on_selector_all("article span.bibtex-citation", CITES_JS)
+        problems = _problems(report, html, log)
+        if docname in CHAPTERS:
+            problems += _chapter_problems(report, docname)
+        for check, found in layout_problems(layout).items():
+            problems += [f"{check}: {f}" for f in found]
+        if problems or ALL_SCREENSHOTS:
+            page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
+            page.set_viewport_size({"width": 800, "height": 900})
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(screenshots / f"{name}@800px.png"), full_page=True)
     finally:
         page.close()
-    problems = _problems(report, html, log)
-    if docname in CHAPTERS:
-        problems += _chapter_problems(report, docname)
-    for check, found in layout_problems(layout).items():
-        problems += [f"{check}: {f}" for f in found]
-    assert not problems, f"{docname}:\n  " + "\n  ".join(problems)
+    assert not problems, f"{docname} (screenshots: test-artifacts/screenshots/{name}*.png):\n  " + \
+        "\n  ".join(problems)
 
 
 LANDING = r"""
@@ -280,12 +293,13 @@ def test_citations_resolve_to_the_bibliography(book_html, browser):
     """Every {cite} in a chapter links to an entry of the bibliography (not a '?' or a dead anchor)."""
     missing, cited, all_cites = [], 0, []
     for docname in CHAPTERS:
-        page, _ = browser.open(_url(book_html, docname))
-        try:
-            cites = page.eval_on_selector_all("article span.bibtex-citation",
-                                              "ss => ss.map(s => [s.textContent, [...s.querySelectorAll('a')].map(a => a.href)])")
-        finally:
-            page.close()
+        if docname not in CITES:  # test_page did not run on it (pytest -k)
+            page, _ = browser.open(_url(book_html, docname))
+            try:
+                CITES[docname] = page.eval_on_selector_all("article span.bibtex-citation", CITES_JS)
+            finally:
+                page.close()
+        cites = CITES[docname]
         cited += len(cites)
         for text, hrefs in cites:
             if not hrefs or "?" in text:
