@@ -37,7 +37,7 @@ SMOKE = {
     "05_continuous_time": {"hidden": 6, "n_train": 128, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
                            "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 50, "trans_steps": 3,
                            "edge_time": 0.25},  # the edge-of-stability run too short to settle: its claims skip
-    "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 256, "epochs": 2, "depth": 8,
+    "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 128, "epochs": 2, "depth": 8,
                    "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
     "07_using_explr": {"epochs": 8, "milestones": [4, 6], "extreme_steps": 200, "engine": False},
 }
