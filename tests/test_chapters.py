@@ -38,8 +38,8 @@ SMOKE = {
     "04_bn_wd_counterexample": {"steps": 200, "seeds": 4, "burn_in": 100, "batch_sizes": [4, 16], "sweep_seeds": 4, "sweep_steps": 200, "sweep_burn_in": 100,
                                 "population_steps": 1500, "exit_radii": [10, 1000], "exit_seeds": 4},
     "05_continuous_time": {"hidden": 6, "n_train": 128, "horizon": 0.5, "lrs": [0.1, 0.05, 0.025], "rtol": 1e-9,
-                           "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 1.0, "sgd_steps": 50, "trans_steps": 3,
-                           "edge_time": 0.25},  # the edge-of-stability run too short to settle: its claims skip
+                           "ray_scales": [0.5, 1.0, 2.0], "wd_horizon": 0.5, "sgd_steps": 20, "trans_steps": 3,
+                           "edge_time": 0.1},  # the edge-of-stability run too short to settle: its claims skip
     "06_cifar10": {"train": True, "data": "synthetic", "synthetic_images": 128, "epochs": 2, "depth": 8,
                    "seeds": [0, 1], "out": "{tmp}/cifar10-live"},
     "07_using_explr": {"epochs": 8, "milestones": [4, 6], "extreme_steps": 200, "engine": False},
@@ -55,7 +55,7 @@ RERUN = {
                        "record_every": 5},
     "04_bn_wd_counterexample": {"seed": 5, "lr": 0.2, "wd": 0.02, "dim": 4, "batch_size": 16, "eps_frac": 0.5,
                                 "exit_radii": [20, 500], "batch_sizes": [8, 32, 128]},
-    "05_continuous_time": {"seed": 1, "hidden": 6, "n_train": 200, "lrs": [0.08, 0.04, 0.02], "wd": 0.2, "wd_lr": 0.1,
+    "05_continuous_time": {"seed": 1, "hidden": 6, "n_train": 200, "lrs": [0.08, 0.04], "wd": 0.2, "wd_lr": 0.1,
                            "sgd_lr": 0.3, "sgd_wd": 0.02, "momentum": 0.5, "batch_size": 64, "trans_lr": 0.1},
     "06_cifar10": {"seeds": [2, 5], "epochs": 3, "precision": "fp32", "synthetic_images": 300},  # every experiment
     "07_using_explr": {"seed": 1, "lr": 0.05, "wd": 1e-3, "momentum": 0.5, "epochs": 12,
