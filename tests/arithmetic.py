@@ -11,7 +11,11 @@ instead, the kernels started by nbval (the committed notebooks, whose outputs it
 * ``OPENBLAS_CORETYPE=Sandybridge``: numpy's BLAS with its AVX kernel (any x86-64 CPU of the last decade has
   AVX; this machine would pick an AVX-512 one);
 * ``OMP_NUM_THREADS=2``: another thread count than ``make execute``'s one (the chapters pin torch to one
-  thread, so this reaches numpy's BLAS and the code before that call).
+  thread, so this reaches numpy's BLAS and the code before that call);
+* ``OPENBLAS_THREAD_TIMEOUT=4``: no change to the arithmetic, but numpy's BLAS threads sleep after a call
+  instead of spinning for about 0.1 s.  Two kernels of two threads each share this machine's two cores
+  under ``make test``, and the spinning threads took the other kernel's time: two chapter 5 runs side by
+  side took 23 s each, 17 s with the timeout and 16 s with one thread (measured here).
 
 The chapter tests (papermill, whose runs assert the claims at other parameters) get :data:`RERUN_PERTURBED`.
 On a CPU with AVX-512 (this one) it has the same thread count and numpy BLAS, with ATen's and MKL's AVX2
@@ -38,6 +42,7 @@ PERTURBED = {
     "MKL_CBWR": "COMPATIBLE",
     "OPENBLAS_CORETYPE": "Sandybridge",
     "OMP_NUM_THREADS": "2",
+    "OPENBLAS_THREAD_TIMEOUT": "4",
 }
 
 
