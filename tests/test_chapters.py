@@ -57,7 +57,7 @@ RERUN = {
                                 "exit_radii": [20, 500], "batch_sizes": [8, 32, 128]},
     "05_continuous_time": {"seed": 1, "hidden": 6, "n_train": 200, "lrs": [0.08, 0.04], "wd": 0.2, "wd_lr": 0.1,
                            "sgd_lr": 0.3, "sgd_wd": 0.02, "momentum": 0.5, "batch_size": 64, "trans_lr": 0.1},
-    "06_cifar10": {"seeds": [2, 5], "epochs": 3, "precision": "fp32", "synthetic_images": 300},  # every experiment
+    "06_cifar10": {"seeds": [2, 5], "epochs": 3, "precision": "fp32", "synthetic_images": 160},  # every experiment
     "07_using_explr": {"seed": 1, "lr": 0.05, "wd": 1e-3, "momentum": 0.5, "epochs": 12,
                        "milestones": [5, 9], "extreme_steps": 300},  # the engine's demo: nbval runs it
 }
