@@ -191,6 +191,10 @@ def test_chapter_is_well_formed(chapter):
     assert len(params) == 1, "exactly one cell tagged 'parameters'"
     names = set(re.findall(r"^(\w+)\s*=", "".join(params[0]["source"]), flags=re.M))
     assert set(SMOKE.get(chapter, {})) <= names, "smoke parameters must exist in the parameters cell"
+    from papermill.translators import PythonTranslator
+
+    parsed = {p.name for p in PythonTranslator.inspect({"source": "".join(params[0]["source"])})}
+    assert parsed == names, f"papermill cannot parse {sorted(names - parsed)} ('Unable to parse line' on make chapter)"
     assert any("nbval-check-output" in tags(c) for c in code), "some result cells are checked by nbval"
     assert any(re.search(r"^\s*assert ", "".join(c["source"]), flags=re.M) for c in code), "claims are asserted"
     assert cs[0]["cell_type"] == "markdown" and "".join(cs[0]["source"]).lstrip().startswith(("(", "#"))
