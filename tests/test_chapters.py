@@ -113,6 +113,11 @@ def readme_commands() -> list[tuple[str, dict]]:
     return [(next(ch for ch in CHAPTERS if ch.startswith(n)), parse_args(args)) for n, args in COMMAND.findall(text)]
 
 
+def with_tmp(parameters: dict, tmp_path) -> dict:
+    """``parameters`` with "{tmp}" in a string value replaced by the test's temporary directory."""
+    return {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in parameters.items()}
+
+
 def run_chapter(chapter, parameters, tmp_path):
     """Execute ``chapter`` with ``parameters`` (its arithmetic perturbed, tests/arithmetic.py).  Its figures are
     drawn but not rendered (matplotlib's Agg backend): rendering them is a fifth of a smoke run's time, and the
@@ -125,7 +130,7 @@ def run_chapter(chapter, parameters, tmp_path):
         pm.execute_notebook(
             str(BOOK / f"{chapter}.ipynb"),
             str(tmp_path / f"{chapter}.ipynb"),
-            parameters={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in parameters.items()},
+            parameters=with_tmp(parameters, tmp_path),
             cwd=str(BOOK),
             kernel_name="python3",
             progress_bar=False,
@@ -151,9 +156,7 @@ def run_to_the_check_cell(chapter, parameters, tmp_path):
     from papermill.parameterize import parameterize_notebook
 
     nb = parameterize_notebook(load_notebook_node(str(BOOK / f"{chapter}.ipynb")),
-                               {k: v.format(tmp=tmp_path) if isinstance(v, str) else v
-                                for k, v in parameters.items()},
-                               kernel_name="python3", language="python")
+                               with_tmp(parameters, tmp_path), kernel_name="python3", language="python")
     code = [c for c in nb.cells if c.cell_type == "code"]
     injected = next(i for i, c in enumerate(code) if "injected-parameters" in tags(c))
     namespace = {"__name__": "__main__"}

@@ -7,11 +7,13 @@ local link resolves, to a file and, for ``#anchor`` links, to an element with th
 JavaScript exception and no missing local resource. A page that fails leaves two full-page
 screenshots in test-artifacts/screenshots/, at 1280 and at 800 px; ``BOOKCHECK_SCREENSHOTS=all``
 (``make browser-check`` sets it) takes them of every page. (They are 3.5 s a page, about half the
-check's time, so ``make test`` takes them only where they explain a failure.) Chapter pages also: theorems/lemmas/definitions and figures carry
-the chapter's number (``Lemma 1.2``, ``Fig. 1.3``) in one running sequence, every plot is a
-numbered figure with a caption, plumbing code is collapsed, long outputs scroll (tables and
-``full-output`` cells are shown whole, never clipped), the install cell
-is not shown, and the Colab and Binder buttons point at this chapter's notebook.
+check's time, so ``make test`` takes them only where they explain a failure.)
+
+Chapter pages also: theorems/lemmas/definitions and figures carry the chapter's number
+(``Lemma 1.2``, ``Fig. 1.3``) in one running sequence, every plot is a numbered figure with a
+caption, plumbing code is collapsed, long outputs scroll (tables and ``full-output`` cells are
+shown whole, never clipped), the install cell is not shown, and the Colab and Binder buttons point
+at this chapter's notebook.
 
 Layout, per page at 1280 px (bookcheck.layout_problems): no display equation wider than the text
 column, no code cell or text output that scrolls sideways, every figure an SVG or a raster of at
