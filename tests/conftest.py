@@ -1,4 +1,6 @@
 import os
+import re
+from collections import Counter
 
 import pytest
 import torch
@@ -48,6 +50,26 @@ def missing():
     def missing(piece: str, how: str):
         if ci():
             pytest.fail(f"{piece} is missing, and CI={os.environ['CI']} requires it: {how}", pytrace=False)
-        pytest.skip(f"{piece} is missing: {how}")
+        pytest.skip(f"{piece}{MISSING}{how}")
 
     return missing
+
+
+MISSING = " is missing: "
+#: (piece, how) -> how many tests skipped for it, from the reports (also those of pytest-xdist's workers)
+SKIPPED_FOR: Counter = Counter()
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple):
+        m = re.fullmatch(rf"(?:Skipped: )?(.+?){MISSING}(.+)", report.longrepr[2])
+        if m:
+            SKIPPED_FOR[m.groups()] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per missing piece after the run: what it is, how many tests skipped, how to install it."""
+    if SKIPPED_FOR:
+        terminalreporter.write_sep("-", "not on this machine (CI requires them)")
+        for (piece, how), n in SKIPPED_FOR.items():
+            terminalreporter.write_line(f"{piece}: {n} test{'s' * (n != 1)} skipped; {how}")
