@@ -3,18 +3,23 @@
 Sphinx loads MathJax from ``mathjax_path``; its default is jsDelivr's moving ``mathjax@3`` tag, which a
 reader offline never gets and which is not the MathJax the browser check (tests/browser) runs.
 _config.yml sets ``mathjax_path`` to a path under ``_static/`` (``mathjax/tex-mml-chtml.js``), and after
-an HTML build this copies there MathJax's ES5 components (the loader, the TeX extensions it loads on
-demand, the fonts) from the pinned django-static-mathjax of requirements.txt. The browser check opens
+an HTML build this copies there, from the pinned django-static-mathjax of requirements.txt, that
+combined component and the ES5 folders it loads from on demand (TeX extensions, fonts, menu,
+accessibility): 11 MB. The browser check opens
 the pages it built this way, with every outside request refused.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path, PurePosixPath
 
 from sphinx.errors import ExtensionError
+
+#: MathJax's combined components (input, output and loader in one file), at the top of es5/
+COMBINED = r"(tex|mml)-.*\.js$|node-main\.js$|latest\.js$"
 
 
 def es5_dir() -> Path:
@@ -50,8 +55,18 @@ def _check(app, config) -> None:
 def _copy(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    dest = Path(app.outdir) / "_static" / _local_path(app.config.mathjax_path).parent
-    shutil.copytree(es5_dir(), dest, dirs_exist_ok=True)
+    rel = _local_path(app.config.mathjax_path)
+    src = es5_dir()
+
+    def other_components(folder, names):
+        """The combined components other than the one the book loads (tex-svg.js, mml-chtml.js, ...): 13 MB
+        that no page requests. The folders it loads from on demand (TeX extensions, fonts, menu,
+        accessibility) are copied whole."""
+        if Path(folder) != src:
+            return []
+        return [n for n in names if n != rel.name and (src / n).is_file() and re.match(COMBINED, n)]
+
+    shutil.copytree(src, Path(app.outdir) / "_static" / rel.parent, ignore=other_components, dirs_exist_ok=True)
 
 
 def setup(app):

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from bookcheck import LAYOUT, ROOT, broken_local_link, config, layout_problems, localmathjax, toc_docnames
 
@@ -100,10 +101,15 @@ INSPECT = r"""
 KNOWN_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
 
 
-def _ready(page) -> None:
+def _ready(page, log: dict | None = None) -> None:
     """Wait until MathJax has typeset the page and every image (lazy ones too) has loaded."""
     if page.evaluate("() => !!document.querySelector('span.math, div.math')"):
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        except PlaywrightTimeout:
+            refused = log["outside"] if log else "not recorded"
+            raise AssertionError(f"MathJax did not start within 30 s (requests outside the book, refused: {refused}); "
+                                 "the book must load its own copy (mathjax_path in _config.yml)") from None
         page.evaluate("() => MathJax.startup.promise.then(() => true)")
     page.evaluate("() => document.querySelectorAll('img[loading=lazy]').forEach(i => i.loading = 'eager')")
     page.wait_for_function("() => [...document.images].every(i => i.complete)")
@@ -219,7 +225,7 @@ def test_page(docname, book_html, browser, screenshots):
     page, log = browser.open(_url(html, docname))
     name = docname.replace("/", "__")
     try:
-        _ready(page)
+        _ready(page, log)
         report = page.evaluate(INSPECT)
         layout = page.evaluate(LAYOUT)
         CITES[docname] = page.eval_on_selector_all("article span.bibtex-citation", CITES_JS)
@@ -270,7 +276,7 @@ def test_landing_page(book_html, browser):
     a check), the bibliography is there and cited, every chapter is linked in order."""
     page, log = browser.open(_url(book_html, PAGES[0]))
     try:
-        _ready(page)
+        _ready(page, log)
         entries = page.locator("div.citation, .bibliography .citation, dl.citation > dt").count()
         toc_links = page.eval_on_selector_all(
             "article .toctree-wrapper a.reference.internal", "as => as.map(a => a.getAttribute('href'))")
