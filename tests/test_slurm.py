@@ -1,7 +1,7 @@
 """``--launcher submitit --cluster slurm`` on a real SLURM cluster: job arrays, preemption, time limits, resume.
 
 These tests need a SLURM cluster that answers (``.ci/slurm-up`` starts a one-node one on this machine,
-and ``.ci/run`` does so around ``make test``); without one they skip, saying why.  The jobs run the
+and ``.ci/run`` does so around ``make test``); without one they skip, saying why, or fail under CI.  The jobs run the
 same Python as the tests (submitit starts ``sys.executable``), on tiny synthetic runs, and write under
 pytest's ``tmp_path`` (on one node the local disk is the shared filesystem).
 
@@ -42,14 +42,16 @@ def _sh(*cmd) -> str:
 
 
 @pytest.fixture(scope="module")
-def partition():
-    """The default partition of the SLURM cluster here; skips the module when there is none that answers."""
+def partition(missing):
+    """The default partition of the SLURM cluster here; skips the module when there is none that answers
+    (fails under CI: tests/conftest.py, ``missing``)."""
+    how = "as root, .ci/slurm-up starts a one-node cluster (Debian's slurmctld, slurmd, munge)"
     if not shutil.which("sbatch"):
-        pytest.skip("no SLURM on this machine (no sbatch); .ci/slurm-up starts a one-node cluster (as root)")
+        missing("a SLURM cluster (no sbatch on PATH)", how)
     r = subprocess.run(["sinfo", "-h", "-o", "%P %a"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0 or not r.stdout.strip():
         why = (r.stderr.strip().splitlines() or ["no partition"])[-1]
-        pytest.skip(f"SLURM does not answer ({why}); .ci/slurm-up starts a one-node cluster (as root)")
+        missing(f"a SLURM cluster that answers (sinfo: {why})", how)
     names = [line.split()[0] for line in r.stdout.splitlines() if line.split()[1] == "up"]
     return next((n for n in names if n.endswith("*")), names[0]).rstrip("*")
 

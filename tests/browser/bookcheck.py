@@ -1,11 +1,12 @@
 """Helpers of the browser check (see conftest.py): the pages of _toc.yml, the no-execution build,
-Chromium with an offline MathJax, and the local-link checker."""
+Chromium with every outside request refused, and the local-link checker."""
 from __future__ import annotations
 
+import functools
 import importlib.util
-import mimetypes
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,13 +21,11 @@ BUILD = ROOT / "_build" / "browser"
 HTML = BUILD / "_build" / "html"
 ARTIFACTS = ROOT / "test-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-# Sphinx's default mathjax_path is https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js
-MATHJAX_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3[^/]*/(.+)$")
 
 
 def toc_docnames() -> list[str]:
@@ -70,46 +69,34 @@ def build_book() -> tuple[int, str, float]:
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
 
 
-def mathjax_dir() -> Path | None:
-    """The MathJax 3.2.2 files of django-static-mathjax (requirements.txt), served in place of the CDN."""
-    spec = importlib.util.find_spec("mathjax")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax"
+@functools.cache
+def localmathjax():
+    """.ci/localmathjax.py, the Sphinx extension that copies the pinned MathJax into the built book."""
+    spec = importlib.util.spec_from_file_location("localmathjax", ROOT / ".ci" / "localmathjax.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LOCAL = ("file:", "data:", "blob:", "about:")
 
 
 class Browser:
     """One Chromium context (fresh profile) for the session; ``open(url)`` gives a page and its log.
 
-    Requests: file:// pass, MathJax's CDN is answered from the local copy, everything else outside
-    is refused (and listed in ``blocked``): the check runs offline and sees what a reader sees."""
+    Requests: file:// (and data:, blob:, about:) pass, every other one is refused, and a page's log
+    lists those it made in ``outside``: the check runs offline and sees what a reader offline sees."""
 
-    def __init__(self, context, mathjax: Path):
+    def __init__(self, context):
         self.context = context
-        self.blocked: list[str] = []
-
-        def route(r):
-            url = r.request.url
-            if url.startswith(("file:", "data:", "blob:", "about:")):
-                return r.continue_()
-            m = MATHJAX_CDN.match(url)
-            if m:
-                local = mathjax / unquote(m.group(1)).split("?")[0]
-                if local.is_file():
-                    ctype = mimetypes.guess_type(local.name)[0] or "application/octet-stream"
-                    return r.fulfill(status=200, body=local.read_bytes(), content_type=ctype,
-                                     headers={"Access-Control-Allow-Origin": "*"})
-                return r.fulfill(status=404, body="not in the local MathJax copy")
-            self.blocked.append(url)
-            return r.abort()
-
-        context.route("**/*", route)
+        context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(LOCAL) else r.abort())
 
     def open(self, url: str):
         page = self.context.new_page()
         page.set_default_timeout(30_000)
-        log = {"pageerrors": [], "failed": []}
+        log = {"pageerrors": [], "failed": [], "outside": []}
         page.on("pageerror", lambda e: log["pageerrors"].append(str(e)))
+        page.on("request", lambda r: None if r.url.startswith(LOCAL) else log["outside"].append(r.url))
         page.on("requestfailed",
                 lambda r: log["failed"].append(f"{r.url} ({r.failure})") if r.url.startswith("file:") else None)
         page.goto(url, wait_until="load")

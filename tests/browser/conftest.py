@@ -2,16 +2,18 @@
 
 The book is built *without executing the notebooks* (their committed outputs are what nbval checks
 in the same `make test`), with the configuration of _config.yml otherwise and with ``-W -n``, into
-``_build/browser``. Pages are opened from disk (``file://``). The one network resource the book
-uses, MathJax 3 from its CDN, is served from the pinned local copy in ``django-static-mathjax``
-(MathJax 3.2.2), and every other outside request is refused, so the check runs offline.
+``_build/browser``. Pages are opened from disk (``file://``) and every outside request is refused:
+the book carries its own MathJax (the pinned copy of django-static-mathjax, which .ci/localmathjax.py
+puts into its ``_static/mathjax``), so the check runs offline and sees what a reader offline sees.
 
 Chromium is Debian's (``apt-get install chromium``; ``.ci/run`` installs it), driven by Playwright,
-never a browser that Playwright downloads. ``CHROMIUM=/path/to/chromium`` points elsewhere.
+never a browser that Playwright downloads: the one on PATH, or ``CHROMIUM=/path/to/chromium``.
+Without one the tests that need it skip, saying so, except under CI (``CI=true``), where they fail.
 Screenshots and the build log go to test-artifacts/ (git-ignored).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,25 +40,22 @@ def book_html() -> Path:
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory):
-    chromium = Path(bookcheck.CHROMIUM)
-    if not chromium.exists():
-        pytest.fail(f"no Chromium at {chromium}: `apt-get install chromium chromium-driver` as root "
-                    "(.ci/run does it), or set CHROMIUM=/path/to/chromium", pytrace=False)
-    mathjax = bookcheck.mathjax_dir()
-    if mathjax is None:
-        pytest.fail("no local MathJax 3: `make install` (django-static-mathjax in requirements.txt)", pytrace=False)
+def browser(tmp_path_factory, missing):
+    if not (bookcheck.CHROMIUM and Path(bookcheck.CHROMIUM).is_file()):
+        where = f"none at CHROMIUM={bookcheck.CHROMIUM}" if os.environ.get("CHROMIUM") else "none on PATH"
+        missing(f"Chromium for the browser check ({where})",
+                "`apt-get install chromium chromium-driver` as root (.ci/run does it), or CHROMIUM=/path/to/chromium")
     from playwright.sync_api import sync_playwright
 
     start = time.perf_counter()
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")),  # a fresh --user-data-dir
-            executable_path=str(chromium), headless=True, args=bookcheck.CHROMIUM_FLAGS,
+            executable_path=bookcheck.CHROMIUM, headless=True, args=bookcheck.CHROMIUM_FLAGS,
             viewport={"width": 1280, "height": 900}, device_scale_factor=1,
         )
         try:
-            yield bookcheck.Browser(context, mathjax)
+            yield bookcheck.Browser(context)
         finally:
             context.close()
             TIMINGS["Chromium, all pages"] = time.perf_counter() - start

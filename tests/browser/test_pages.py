@@ -1,7 +1,9 @@
 """Every page of the book, opened in headless Chromium as a reader would meet it.
 
 Per page of _toc.yml (so chapters added to _toc.yml are covered without touching this file):
-MathJax typeset every formula (no raw ``$$``/``\\(`` left, no MathJax error for an unknown macro);
+MathJax typeset every formula (no raw ``$$``/``\\(`` left, no MathJax error for an unknown macro), with
+the MathJax the book carries (its ``_static/mathjax``, the pinned copy) while every request outside the
+book is refused;
 every image loaded; no error output, no stderr warning, no docutils error in the page; every
 local link resolves, to a file and, for ``#anchor`` links, to an element with that id; no
 JavaScript exception and no missing local resource. A page that fails leaves two full-page
@@ -28,8 +30,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from bookcheck import LAYOUT, ROOT, broken_local_link, config, layout_problems, toc_docnames
+from bookcheck import LAYOUT, ROOT, broken_local_link, config, layout_problems, localmathjax, toc_docnames
 
 PAGES = toc_docnames()
 # the chapters are the numbered notebooks; other pages (the notation page) are checked as pages
@@ -54,6 +57,8 @@ INSPECT = r"""
     title: document.title,
     h1: (article.querySelector('h1') || {}).textContent || '',
     mathCount: math.length,
+    mathjax: window.MathJax && MathJax.version ? MathJax.version : null,
+    mathjaxScripts: [...document.scripts].map(s => s.src).filter(s => /mathjax/i.test(s)),
     mathUnrendered: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
     mathErrors: [...article.querySelectorAll('mjx-merror')].map(e => e.getAttribute('data-mjx-error') || e.textContent),
     rawTex: (prose.match(/\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$\\[A-Za-z]+/g) || []),
@@ -96,10 +101,15 @@ INSPECT = r"""
 KNOWN_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
 
 
-def _ready(page) -> None:
+def _ready(page, log: dict | None = None) -> None:
     """Wait until MathJax has typeset the page and every image (lazy ones too) has loaded."""
     if page.evaluate("() => !!document.querySelector('span.math, div.math')"):
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        except PlaywrightTimeout:
+            refused = log["outside"] if log else "not recorded"
+            raise AssertionError(f"MathJax did not start within 30 s (requests outside the book, refused: {refused}); "
+                                 "the book must load its own copy (mathjax_path in _config.yml)") from None
         page.evaluate("() => MathJax.startup.promise.then(() => true)")
     page.evaluate("() => document.querySelectorAll('img[loading=lazy]').forEach(i => i.loading = 'eager')")
     page.wait_for_function("() => [...document.images].every(i => i.complete)")
@@ -111,6 +121,16 @@ def _url(html: Path, docname: str) -> str:
 
 def _problems(report: dict, html: Path, log: dict) -> list[str]:
     out = []
+    if log["outside"]:
+        out.append(f"requests outside the book (refused: the book must work offline): {log['outside'][:5]}")
+    if report["mathCount"]:
+        own = (html / "_static" / "mathjax").as_uri() + "/"
+        foreign = [s for s in report["mathjaxScripts"] if not s.startswith(own)]
+        if foreign or not report["mathjaxScripts"]:
+            out.append(f"MathJax not loaded from the book's own {own}: {report['mathjaxScripts']} "
+                       "(mathjax_path in _config.yml, .ci/localmathjax.py)")
+        elif report["mathjax"] != localmathjax().version():
+            out.append(f"MathJax {report['mathjax']} ran, not the pinned {localmathjax().version()}")
     if report["mathUnrendered"]:
         out.append(f"MathJax did not typeset {len(report['mathUnrendered'])} of {report['mathCount']} formulas, "
                    f"e.g. {report['mathUnrendered'][:3]}")
@@ -205,7 +225,7 @@ def test_page(docname, book_html, browser, screenshots):
     page, log = browser.open(_url(html, docname))
     name = docname.replace("/", "__")
     try:
-        _ready(page)
+        _ready(page, log)
         report = page.evaluate(INSPECT)
         layout = page.evaluate(LAYOUT)
         CITES[docname] = page.eval_on_selector_all("article span.bibtex-citation", CITES_JS)
@@ -256,7 +276,7 @@ def test_landing_page(book_html, browser):
     a check), the bibliography is there and cited, every chapter is linked in order."""
     page, log = browser.open(_url(book_html, PAGES[0]))
     try:
-        _ready(page)
+        _ready(page, log)
         entries = page.locator("div.citation, .bibliography .citation, dl.citation > dt").count()
         toc_links = page.eval_on_selector_all(
             "article .toctree-wrapper a.reference.internal", "as => as.map(a => a.getAttribute('href'))")
@@ -352,9 +372,10 @@ def test_generated_pages(book_html, browser):
 
 
 def test_the_check_catches_a_broken_page(tmp_path, browser):
-    """The checker itself: a page with each fault gets each complaint (no MathJax is loaded here)."""
+    """The checker itself: a page with each fault gets each complaint (its MathJax, from the CDN, is refused)."""
     (tmp_path / "page.html").write_text(
-        '<html><body><article class="bd-article"><h1>Broken</h1>'
+        '<html><head><script async src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
+        '</script></head><body><article class="bd-article"><h1>Broken</h1>'
         '<p>unrendered $$x^2$$ and <span class="math notranslate nohighlight">\\(x\\)</span></p>'
         '<img src="missing.png"><a href="other.html">gone</a> <a href="#nowhere">no anchor</a>'
         '<div class="cell_output"><div class="output traceback">ZeroDivisionError</div>'
@@ -371,7 +392,8 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
     for expected in ("MathJax did not typeset 1 of 1", "raw TeX left", "images that did not load",
                      "1 error output", "warnings/errors on stderr", "other.html: no such file",
                      "no element with id 'nowhere'", "local resources that failed to load",
-                     "markdown tables shown as text"):
+                     "markdown tables shown as text", "requests outside the book (refused",
+                     "MathJax not loaded from the book's own"):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
 
 
@@ -398,7 +420,7 @@ def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, brows
 
 
 def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
-    """The layout checker itself: a page (in the book theme's structure, MathJax from the local copy)
+    """The layout checker itself: a page (in the book theme's structure, with the pinned MathJax)
     with an overwide display equation, an overwide code line, a low-resolution PNG and an SVG figure
     with 4 px text (or a 4 px exponent) gets each complaint, and its well-made figures (a 2x PNG, 12 px
     SVG text with an 8.4 px exponent) none."""
@@ -419,7 +441,7 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
         "label</text>", '<tspan style="font-size: 9px">10</tspan><tspan style="font-size: 3px">7</tspan></text>'))
     wide_tex = " + ".join(f"\\frac{{a_{{{k}}}}}{{b_{{{k}}} + c_{{{k}}}}}" for k in range(40))
     (tmp_path / "page.html").write_text(
-        '<html><head><script async src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
+        f'<html><head><script async src="{(localmathjax().es5_dir() / "tex-mml-chtml.js").as_uri()}">'
         '</script></head><body><article class="bd-article" style="width: 700px">'
         f'<div class="math notranslate nohighlight">\\[{wide_tex}\\]</div>'
         '<div class="math notranslate nohighlight">\\[x^2 + y^2\\]</div>'
