@@ -28,6 +28,7 @@ from pathlib import Path
 import tomllib
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -77,8 +78,6 @@ def test_the_wheel_check_catches_a_bad_wheel():
 def metadata_problems(meta: str) -> list[str]:
     """What is wrong with a wheel's METADATA: the name, version, licence, authors, the repository URL of
     _config.yml (through pyproject's [project.urls], .ci/colab_cell.py) and the extras."""
-    import yaml
-
     fields: dict[str, list[str]] = {}
     for key, value in re.findall(r"^([A-Za-z-]+): (.*)$", meta.split("\n\n", 1)[0], re.M):
         fields.setdefault(key, []).append(value)
@@ -180,13 +179,15 @@ import json, runpy, sys
 import explr, explr.cifar10
 from explr import PerStepLR, texp
 from explr.cifar10 import TrainConfig, train_run
+from explr.cifar10.results import release_archive_url
 after_import = sorted(sys.modules)
+archive = release_archive_url()
 sys.argv = ["python -m explr.cifar10", "--help"]
 try:
     runpy.run_module("explr.cifar10", run_name="__main__", alter_sys=True)
 except SystemExit as e:
     code = e.code
-print(json.dumps({"file": explr.__file__, "version": explr.__version__, "help_exit": code,
+print(json.dumps({"file": explr.__file__, "version": explr.__version__, "help_exit": code, "archive": archive,
                   "after_import": after_import, "after_help": sorted(sys.modules)}))
 """
 
@@ -246,6 +247,9 @@ def test_wheel_installs_clean_and_imports_without_the_book_stack(tmp_path):
     report = json.loads(probe.stdout.strip().splitlines()[-1])
     assert Path(report["file"]).is_relative_to(site), f"explr imported from {report['file']}, not the wheel"
     assert report["help_exit"] == 0
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+    assert report["archive"] == f"{repo}/archive/v{report['version']}.tar.gz", \
+        "chapter 6's download of results does not derive from the installed metadata's Repository URL"
     for when in ("after_import", "after_help"):
         stack = sorted({m for m in report[when] if m.split(".")[0] in BOOK_STACK})
         assert not stack, f"{when.replace('_', ' ')}: the book's stack was imported: {stack[:20]}"
