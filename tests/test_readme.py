@@ -290,3 +290,15 @@ def test_the_distribution_name_is_not_the_unrelated_pypi_project():
         wrong = re.findall(r"pip install [\"']?explr(?![-\w])[^\n]*", text)
         assert not wrong, f"{name} installs PyPI's unrelated explr: {wrong}"
     assert re.findall(r"pip install [\"']?explr(?![-\w])", 'pip install "explr @ git+x"'), "the rule catches it"
+
+
+def test_the_install_cell_does_nothing_where_explr_is_importable_and_installs_the_pin_in_colab(monkeypatch):
+    """A chapter run from a clone keeps its explr, offline: no pip; in Colab the cell installs the pinned release."""
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append(args))
+    monkeypatch.syspath_prepend(str(ROOT / "src"))
+    exec(compile(colab_cell.cell_source(), "install cell", "exec"), {})
+    assert calls == [], "the install cell ran pip where explr is importable"
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    exec(compile(colab_cell.cell_source(), "install cell", "exec"), {})
+    assert calls == [[sys.executable, "-m", "pip", "install", "--quiet", colab_cell.requirement()]]
