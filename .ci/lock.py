@@ -20,7 +20,8 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK, BINDER = ROOT / "requirements.lock", ROOT / "binder" / "requirements.txt"
-PROJECT = "explr"
+#: the import package of this project: the distributions that provide it (explr-book) are not locked
+PACKAGE = "explr"
 
 LOCK_HEAD = """\
 # Every package of the tested stack at its exact version (Python 3.11, Linux x86_64): `make install`
@@ -50,7 +51,8 @@ CUDA_ONLY = ("nvidia-", "cuda-", "triton")
 def installed() -> dict[str, md.Distribution]:
     """{canonical name: distribution} of the running environment, without the project itself."""
     dists = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
-    dists.pop(PROJECT, None)
+    for name in md.packages_distributions().get(PACKAGE, []):
+        dists.pop(canonicalize_name(name), None)
     return dists
 
 

@@ -1,5 +1,5 @@
-"""The library's floors, as the README and ``explr.__init__`` draw them: the paper's maths at the
-bottom, the book's simulations (``explr.book``) and the CIFAR-10 engine (``explr.cifar10``) above it,
+"""The library's floors, as ``explr.__init__`` draws them (CONTRIBUTING.md, "Where the code goes"): the paper's
+maths at the bottom, the book's simulations (``explr.book``) and the CIFAR-10 engine (``explr.cifar10``) above it,
 neither importing the other; no source file so long that it must hold several concerns; and every name
 imported from the module that defines it (only a package's ``__init__`` hands names on)."""
 import ast

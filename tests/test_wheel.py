@@ -1,5 +1,6 @@
-"""The library as its users install it: a wheel that holds the package and its data and nothing of the
-book, installed with ``--no-deps`` next to the locked torch, importable without the book's stack.
+"""The library as its users install it: a wheel that holds the package, its data and its licence and nothing of
+the book, installed with ``--no-deps`` next to the locked torch, importable without the book's stack; and the
+build works with the oldest setuptools that ``[build-system]`` allows.
 
 The wheel is built by ``python -m build --wheel --no-isolation`` (offline: the build backend is the
 locked setuptools) from a copy of the checkout's files (``git ls-files``: tracked and untracked, not
@@ -24,12 +25,18 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
+
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = "explr/book/analysis_plan.json"
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+#: the wheel's file-name form of the distribution name (explr-book -> explr_book)
+WHEEL_NAME = canonicalize_name(PROJECT["project"]["name"]).replace("-", "_")
 BOOK_STACK = ("matplotlib", "scipy", "jupyter", "jupyter_core", "jupyter_client", "IPython", "ipykernel",
               "sklearn", "nbformat", "papermill", "pandas")
 
@@ -43,9 +50,11 @@ def wheel_problems(names: list[str]) -> list[str]:
     missing = [m for m in modules if m not in names]
     if missing:
         problems.append(f"modules of src/explr missing: {missing}")
+    if not any(re.fullmatch(rf"{WHEEL_NAME}-[^/]+\.dist-info/licenses/LICENSE", n) for n in names):
+        problems.append("the licence (LICENSE) is missing from the .dist-info")
     for name in names:
         top = name.split("/")[0]
-        if not (top == "explr" or re.fullmatch(r"explr-[^/]+\.dist-info", top)):
+        if not (top == "explr" or re.fullmatch(rf"{WHEEL_NAME}-[^/]+\.dist-info", top)):
             problems.append(f"{name}: outside the package")
         elif re.search(r"(^|/)(tests?|results|_build|__pycache__)/|\.ipynb$|\.pyc$", name):
             problems.append(f"{name}: tests, chapters, results or build output in the wheel")
@@ -54,13 +63,45 @@ def wheel_problems(names: list[str]) -> list[str]:
 
 def test_the_wheel_check_catches_a_bad_wheel():
     good = [p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "explr").rglob("*.py")]
-    good += [DATA, "explr-0.1.0.dist-info/METADATA"]
+    good += [DATA, f"{WHEEL_NAME}-0.1.0.dist-info/METADATA", f"{WHEEL_NAME}-0.1.0.dist-info/licenses/LICENSE"]
     assert wheel_problems(good) == []
-    bad = [n for n in good if n not in (DATA, "explr/cifar10/engine.py")]
-    bad += ["tests/test_sgd.py", "explr/book/06_cifar10.ipynb", "results/cifar10-full/README.md"]
+    bad = [n for n in good if n not in (DATA, "explr/cifar10/engine.py") and not n.endswith("LICENSE")]
+    bad += ["tests/test_sgd.py", "explr/book/06_cifar10.ipynb", "results/cifar10-full/README.md",
+            "explr-0.1.0.dist-info/METADATA"]
     found = "\n".join(wheel_problems(bad))
     for expected in ("analysis_plan.json (package data", "explr/cifar10/engine.py", "tests/test_sgd.py: outside",
-                     "06_cifar10.ipynb: tests, chapters", "results/cifar10-full/README.md: outside"):
+                     "06_cifar10.ipynb: tests, chapters", "results/cifar10-full/README.md: outside",
+                     "the licence (LICENSE) is missing", "explr-0.1.0.dist-info/METADATA: outside"):
+        assert expected in found, f"{expected!r} not reported:\n{found}"
+
+
+def metadata_problems(meta: str) -> list[str]:
+    """What is wrong with a wheel's METADATA: the name, version, licence, authors, the repository URL of
+    _config.yml (through pyproject's [project.urls], .ci/colab_cell.py) and the extras."""
+    fields: dict[str, list[str]] = {}
+    for key, value in re.findall(r"^([A-Za-z-]+): (.*)$", meta.split("\n\n", 1)[0], re.M):
+        fields.setdefault(key, []).append(value)
+    version = re.search(r'^__version__ = "(.+)"$', (ROOT / "src" / "explr" / "__init__.py").read_text(), re.M)[1]
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+    want = {"Name": [PROJECT["project"]["name"]], "Version": [version], "License-Expression": ["MIT"],
+            "License-File": ["LICENSE"]}
+    problems = [f"{k}: {fields.get(k)} instead of {v}" for k, v in want.items() if fields.get(k) != v]
+    if f"Repository, {repo}" not in fields.get("Project-URL", []):
+        problems.append(f"Project-URL: no 'Repository, {repo}' in {fields.get('Project-URL')}")
+    if not fields.get("Author-email"):
+        problems.append("Author-email: none")
+    missing = {"book", "cifar10", "test"} - set(fields.get("Provides-Extra", []))
+    if missing:
+        problems.append(f"Provides-Extra: {sorted(missing)} missing")
+    return problems
+
+
+def test_the_metadata_check_catches_bad_metadata():
+    bad = "Metadata-Version: 2.4\nName: explr\nVersion: 0.0.9\nLicense: MIT\nProvides-Extra: book\n\nbody\n"
+    found = "\n".join(metadata_problems(bad))
+    for expected in ("Name: ['explr'] instead of ['explr-book']", "Version: ['0.0.9']", "License-Expression: None",
+                     "License-File: None", "Project-URL: no 'Repository,", "Author-email: none",
+                     "['cifar10', 'test'] missing"):
         assert expected in found, f"{expected!r} not reported:\n{found}"
 
 
@@ -138,13 +179,15 @@ import json, runpy, sys
 import explr, explr.cifar10
 from explr import PerStepLR, texp
 from explr.cifar10 import TrainConfig, train_run
+from explr.cifar10.results import release_archive_url
 after_import = sorted(sys.modules)
+archive = release_archive_url()
 sys.argv = ["python -m explr.cifar10", "--help"]
 try:
     runpy.run_module("explr.cifar10", run_name="__main__", alter_sys=True)
 except SystemExit as e:
     code = e.code
-print(json.dumps({"file": explr.__file__, "version": explr.__version__, "help_exit": code,
+print(json.dumps({"file": explr.__file__, "version": explr.__version__, "help_exit": code, "archive": archive,
                   "after_import": after_import, "after_help": sorted(sys.modules)}))
 """
 
@@ -158,11 +201,14 @@ def test_wheel_installs_clean_and_imports_without_the_book_stack(tmp_path):
     build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist_dir)],
                            cwd=src, capture_output=True, text=True, env=_clean_env())
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    (wheel,) = dist_dir.glob("explr-*.whl")
+    (wheel,) = dist_dir.glob(f"{WHEEL_NAME}-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        licence = zf.read(next(n for n in names if n.endswith(".dist-info/licenses/LICENSE")))
     assert not wheel_problems(names), "\n".join(wheel_problems(names))
+    assert licence == (ROOT / "LICENSE").read_bytes()
+    assert metadata_problems(meta) == [], metadata_problems(meta)
     requires = [Requirement(v) for k, v in re.findall(r"^(Requires-Dist): (.*)$", meta, re.M)]
     runtime = {r.name for r in requires if r.marker is None}
     assert runtime == {"numpy", "torch", "tqdm"}, f"the wheel's runtime dependencies: {sorted(runtime)}"
@@ -201,6 +247,9 @@ def test_wheel_installs_clean_and_imports_without_the_book_stack(tmp_path):
     report = json.loads(probe.stdout.strip().splitlines()[-1])
     assert Path(report["file"]).is_relative_to(site), f"explr imported from {report['file']}, not the wheel"
     assert report["help_exit"] == 0
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+    assert report["archive"] == f"{repo}/archive/v{report['version']}.tar.gz", \
+        "chapter 6's download of results does not derive from the installed metadata's Repository URL"
     for when in ("after_import", "after_help"):
         stack = sorted({m for m in report[when] if m.split(".")[0] in BOOK_STACK})
         assert not stack, f"{when.replace('_', ' ')}: the book's stack was imported: {stack[:20]}"
@@ -208,3 +257,41 @@ def test_wheel_installs_clean_and_imports_without_the_book_stack(tmp_path):
                          env=_clean_env())
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert "--schedule" in cli.stdout and "--resume" in cli.stdout
+
+
+def setuptools_floor() -> str:
+    """The version of ``setuptools>=X`` in pyproject's ``[build-system] requires``."""
+    (req,) = [r for r in map(Requirement, PROJECT["build-system"]["requires"]) if r.name == "setuptools"]
+    (spec,) = req.specifier
+    assert spec.operator == ">=", f"[build-system] requires {req}: expected setuptools>=X"
+    return spec.version
+
+
+@pytest.mark.slow  # installs setuptools into a side venv and builds a wheel (about 10 s)
+def test_the_wheel_builds_with_the_oldest_setuptools_declared(tmp_path):
+    """With exactly the floor of ``[build-system]`` (no build isolation, so no newer setuptools can stand in):
+    pip fetches ``setuptools==<floor>`` from its cache or the package index into a venv of its own."""
+    floor = setuptools_floor()
+    side = tmp_path / "side"
+    venv.EnvBuilder(with_pip=False, system_site_packages=False, symlinks=True).create(side)
+    py = side / "bin" / "python"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet",
+                              "--no-deps", f"setuptools=={floor}"], capture_output=True, text=True, env=_clean_env())
+    assert install.returncode == 0, f"pip could not install setuptools=={floor} (from its cache or the index):\n" \
+        + install.stderr[-2000:]
+    src = tmp_path / "checkout"
+    _copy_checkout(src)
+    out = tmp_path / "dist"
+    out.mkdir()
+    build = subprocess.run(
+        [str(py), "-c", "import sys, setuptools, setuptools.build_meta as backend; "
+                        "print('built', setuptools.__version__, backend.build_wheel(sys.argv[1]))", str(out)],
+        cwd=src, capture_output=True, text=True, env=_clean_env())
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    used, name = build.stdout.strip().splitlines()[-1].split()[1:]
+    assert used == floor, f"the build ran setuptools {used}, not the floor {floor}"
+    with zipfile.ZipFile(out / name) as zf:
+        names = zf.namelist()
+        meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert not wheel_problems(names), "\n".join(wheel_problems(names))
+    assert metadata_problems(meta) == [], metadata_problems(meta)

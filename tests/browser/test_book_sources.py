@@ -27,7 +27,7 @@ def test_install_cell_is_valid_and_pinned():
     source = colab_cell.cell_source()
     ast.parse(source)
     req = Requirement(colab_cell.requirement())
-    assert req.name == "explr" and "book" in req.extras
+    assert req.name == colab_cell.distribution() and "book" in req.extras
     url = config()["repository"]["url"].rstrip("/")
     assert req.url == f"git+{url}@{colab_cell.release_tag()}", "pinned to the release tag of pyproject's version"
     assert re.fullmatch(r"v\d+\.\d+\.\d+", colab_cell.release_tag())

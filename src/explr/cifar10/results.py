@@ -25,27 +25,46 @@ from pathlib import Path, PurePosixPath
 
 from .runfolder import load_runs
 
-__all__ = ["REPOSITORY", "committed_results", "experiment_runs", "release_archive_url"]
+__all__ = ["committed_results", "experiment_runs", "release_archive_url"]
 
-#: the book's repository (``repository.url`` of _config.yml), used when pip recorded no URL.
-REPOSITORY = "https://github.com/explr-book/explr"
 RESULT_SUFFIXES = (".json", ".jsonl", ".md")
+
+
+def _installed_distribution() -> importlib.metadata.Distribution | None:
+    """The installed distribution that provides the ``explr`` package (``explr-book``: the name is pyproject's)."""
+    for name in importlib.metadata.packages_distributions().get("explr", []):
+        try:
+            return importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def release_archive_url() -> str:
     """``<repository>/archive/<revision>.tar.gz`` of the installed explr: the URL and revision pip recorded
-    (``direct_url.json``), else :data:`REPOSITORY` at the tag ``v<version>``."""
+    (``direct_url.json``), else the distribution's ``Repository`` project URL (``[project.urls]`` of
+    pyproject.toml, derived from ``repository.url`` of _config.yml) at the tag ``v<version>``.
+
+    Raises ``FileNotFoundError`` where explr is not installed as a distribution (only on ``sys.path``)."""
     from .. import __version__
 
+    dist = _installed_distribution()
+    if dist is None:
+        raise FileNotFoundError("explr is not installed as a distribution, so the repository it came from is "
+                                "unknown: clone the repository (results/ is committed) or pip install it")
     try:
-        info = json.loads(importlib.metadata.distribution("explr").read_text("direct_url.json") or "{}")
-    except (importlib.metadata.PackageNotFoundError, ValueError):
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
         info = {}
     vcs = info.get("vcs_info", {})
     if info.get("url") and vcs.get("vcs") == "git" and "github.com" in info["url"]:
         repo = info["url"].removesuffix(".git").rstrip("/")
         return f"{repo}/archive/{vcs.get('commit_id') or vcs.get('requested_revision')}.tar.gz"
-    return f"{REPOSITORY}/archive/v{__version__}.tar.gz"
+    urls = dict(line.split(", ", 1) for line in dist.metadata.get_all("Project-URL") or [] if ", " in line)
+    if "Repository" not in urls:
+        raise FileNotFoundError(f"the installed {dist.metadata['Name']} names no Repository URL in its metadata "
+                                "([project.urls] of pyproject.toml): clone the repository (results/ is committed)")
+    return f"{urls['Repository'].rstrip('/')}/archive/v{__version__}.tar.gz"
 
 
 def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archive_url: str | None = None) -> Path:
