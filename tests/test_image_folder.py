@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explr.cifar10 import files
 from explr.cifar10 import image_folder as image_folder_module
 from explr.cifar10.arrays import CLASSES, NPZ_KEYS, DataError, arrays_sha256
 from explr.cifar10.sources import load_cifar10
@@ -403,8 +404,8 @@ def test_stale_temp_files_of_the_cache_are_removed(tree, tmp_path):
     """Item 16: a kill -9 during the cache write left .image-folder-*.npz.*.tmp behind forever."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    dead = cache / ".image-folder-a.npz.999999999.k2j4m7xa.tmp"  # no such pid
-    alive = cache / f".image-folder-b.npz.{os.getpid()}.x8_qz3ab.tmp"  # a writer still at work
+    dead = cache / f".image-folder-a.npz.999999999@{files.HOST}.k2j4m7xa.tmp"  # no such pid on this host
+    alive = cache / f".image-folder-b.npz.{os.getpid()}@{files.HOST}.x8_qz3ab.tmp"  # a writer still at work
     old = cache / ".image-folder-c.npz.q1w2e3.tmp"  # an older name without pid, untouched for 2 hours
     fresh = cache / ".image-folder-d.npz.r4t5y6.tmp"
     for p in (dead, alive, old, fresh):
