@@ -9,8 +9,9 @@ checksum alone would not do: anyone who can write the cache file (a shared or co
 user of a group-writable folder) could put other images there and recompute any plain sha256, and the runs
 would train on them while their manifests name the archive's sha256.  Without the key no one can seal other
 arrays, or a cache made for another source or by another decoder version.  The key is kept apart from the
-caches, in ``$XDG_CACHE_HOME/explr`` (``~/.cache/explr``): a regular file of this user that no one else may
-read (anything else is refused in one line).  A cache that is not sealed for its source, its decoder and
+caches, in ``$XDG_CACHE_HOME/explr`` (``~/.cache/explr`` where ``XDG_CACHE_HOME`` is unset or relative): a regular
+file of this user that no one else may read (anything else, or a path that cannot hold it, is refused in one line
+naming the path and what to do).  A cache that is not sealed for its source, its decoder and
 this key (from another machine or user, an older format, or changed since) is rebuilt, with one line on stderr.
 """
 from __future__ import annotations
