@@ -534,16 +534,16 @@ def test_tar_headers_that_tarfile_would_hold_whole_are_refused_before_they_are_r
         assert "\n" not in str(err.value)
 
 
-def _swap_after_the_cache_lookup(monkeypatch, swap):
-    """Call ``swap()`` once, right after the cache was looked up for the source (after its digest was computed,
-    before it is decoded): a file replaced between the two reads."""
-    looked_up = image_folder_module._read_cache
+def _swap_after(monkeypatch, step, swap):
+    """Call ``swap()`` once, right after ``step`` of :func:`load_image_folder`: after the cache lookup (the source's
+    digest computed, the archive not yet listed) or the cache folder's check (listed, not yet decoded)."""
+    done = getattr(image_folder_module, step)
 
     def then_swap(*args, **kwargs):
-        found = looked_up(*args, **kwargs)
+        result = done(*args, **kwargs)
         swap()
-        return found
-    monkeypatch.setattr(image_folder_module, "_read_cache", then_swap)
+        return result
+    monkeypatch.setattr(image_folder_module, step, then_swap)
 
 
 def _refusal(load) -> str:
@@ -555,8 +555,9 @@ def _refusal(load) -> str:
     return ""
 
 
+@pytest.mark.parametrize("step", ["_read_cache", "_check_cache_folder"])
 def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tmp_path, small,
-                                                                                             monkeypatch):
+                                                                                             monkeypatch, step):
     """Issue 41 item 2: the archive's sha256 was computed, then the file read again to decode it: swapped between the
     two reads and put back, it left a cache named and sealed for the original that held the other's images."""
     src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
@@ -565,7 +566,7 @@ def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for
     original = src.read_bytes()
     cache = tmp_path / "cache"
     with monkeypatch.context() as patch:
-        _swap_after_the_cache_lookup(patch, lambda: src.write_bytes(other.read_bytes()))
+        _swap_after(patch, step, lambda: src.write_bytes(other.read_bytes()))
         refused = _refusal(lambda: load_image_folder(src, cache_dir=cache, progress=False))
     src.write_bytes(original)
     got = load_image_folder(src, cache_dir=cache, progress=False)
@@ -583,7 +584,7 @@ def test_a_tree_file_swapped_between_hashing_and_decoding_cannot_seal_a_cache_fo
     inverted = Image.open(io.BytesIO(original)).point(lambda v: 255 - v)
     cache = tmp_path / "cache"
     with monkeypatch.context() as patch:
-        _swap_after_the_cache_lookup(patch, lambda: inverted.save(victim))
+        _swap_after(patch, "_read_cache", lambda: inverted.save(victim))
         refused = _refusal(lambda: load_image_folder(tree, cache_dir=cache, progress=False))
     victim.write_bytes(original)
     got = load_image_folder(tree, cache_dir=cache, progress=False)

@@ -12,29 +12,25 @@ memory at a time), and the tree's listing and its decoded pixels are bounded by 
 """
 from __future__ import annotations
 
-import bz2
-import contextlib
 import functools
-import gzip
 import hashlib
 import io
-import lzma
 import os
 import posixpath
 import stat
 import sys
 import tarfile
 import warnings
-import zlib
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from . import hardware
+from .archives import stream_tar
 from .files import remove_stale_leftovers
 from .arrays import CLASSES, HOW_TO_GET, CifarArrays, DataError
-from .arrays import _check_batch_size, _check_cache_folder, _one_line, _read_cache, _shown, _size, _write_cache
+from .arrays import _check_batch_size, _check_cache_folder, _file_hash, _one_line, _read_cache, _shown, _size, _write_cache
 
 
 __all__ = ["DECODER", "MAX_IMAGE_BYTES", "load_image_folder", "write_image_folder"]
@@ -233,80 +229,10 @@ def _member_refusal(member: tarfile.TarInfo, shown: str) -> str | None:
     return _too_large(member.size, shown)
 
 
-class _HashedReader:
-    """A binary file read front to back, with the sha256 of exactly the bytes read from it: what is parsed is what
-    is hashed, whatever happens to the file's path meanwhile."""
-
-    def __init__(self, f):
-        self._f, self._sha256 = f, hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._f.read(size)
-        self._sha256.update(data)
-        return data
-
-    def sha256(self) -> str:
-        """The sha256 of the whole file: what is left of it is read (and hashed) first."""
-        while self.read(1 << 20):
-            pass
-        return self._sha256.hexdigest()
-
-
-#: the largest extended header (pax, GNU long name) of a member: a path is at most 4 KiB (``PATH_MAX``), and
-#: extended attributes add a few more.
-MAX_TAR_HEADER_BYTES = 64 << 10
-_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
-             tarfile.GNUTYPE_LONGLINK)
-
-
-class _BoundedTarInfo(tarfile.TarInfo):
-    """tarfile's member header, refusing what tarfile would read whole into memory before it reads it: an extended
-    header larger than :data:`MAX_TAR_HEADER_BYTES`, or a GNU sparse member (its map grows with the archive, and
-    no image file is sparse)."""
-
-    def _proc_member(self, tar):
-        if self.type == tarfile.GNUTYPE_SPARSE:
-            raise tarfile.HeaderError(f"{_shown(self.name)} is a GNU sparse file; expected 32×32 PNG or JPEG files")
-        if self.type in _EXTENDED and self.size > MAX_TAR_HEADER_BYTES:
-            raise tarfile.HeaderError(f"an extended header of {_size(self.size)}, more than a member's "
-                                      f"{_size(MAX_TAR_HEADER_BYTES)}")
-        return super()._proc_member(tar)
-
-
-#: the compressions of a tar archive, by their magic bytes (those of tarfile's ``r|*``).
-_COMPRESSIONS = ((b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f, mode="rb")), (b"BZh", bz2.BZ2File),
-                 (b"\xfd7zXZ\x00", lzma.LZMAFile))
-
-
-def _stream_tar(path: Path, visit) -> str:
-    """Read the tar archive at ``path`` once, front to back, calling ``visit(tar, member)`` on each member in order,
-    and return the sha256 of the file, hashed from the very bytes parsed (:class:`_HashedReader`).
-
-    The archive is streamed (``r|``: gzip cannot seek cheaply); gzip, bzip2 and xz are decompressed by their
-    modules' readers, which bound the bytes each read makes, tarfile's list of the members read is emptied as it
-    goes, and headers tarfile would hold whole are bounded (:class:`_BoundedTarInfo`): memory does not grow with
-    the archive.  An unreadable archive is one :class:`DataError` line.
-    """
-    try:
-        with open(path, "rb") as f, contextlib.ExitStack() as stack:
-            hashed = _HashedReader(f)
-            head = f.peek(6)[:6]
-            decompress = next((open_ for magic, open_ in _COMPRESSIONS if head.startswith(magic)), None)
-            raw = hashed if decompress is None else stack.enter_context(decompress(hashed))
-            tar = stack.enter_context(tarfile.open(fileobj=raw, mode="r|", tarinfo=_BoundedTarInfo))
-            while (member := tar.next()) is not None:
-                tar.members.clear()  # tarfile keeps every member it has read; a stream needs none of them
-                visit(tar, member)
-            return hashed.sha256()
-    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, RecursionError) as err:
-        # RecursionError: tarfile reads a chain of extended headers recursively
-        raise DataError(f"{path.name}: not a readable tar archive, or truncated ({_one_line(err)}). {HOW_TO_GET}") \
-            from None
-
-
 def _tree_entries_from_tar(path: Path, budget: _Budget) -> tuple[str, list]:
     """The archive's sha256 and, like :func:`_tree_entries_from_folder`, its entries (relative path, is_dir,
-    :class:`_Member` or None), from one pass (:func:`_stream_tar`) that reads no member's content.
+    :class:`_Member` or None), from one pass (:func:`~explr.cifar10.archives.stream_tar`) that reads no member's
+    content.
 
     Member names are normalised (:func:`_member_name`); a name that occurs twice is refused; each member is
     charged to ``budget`` as it is listed.  Members that may be images (:func:`_may_be_image`) carry their
@@ -326,7 +252,7 @@ def _tree_entries_from_tar(path: Path, budget: _Budget) -> tuple[str, list]:
         image = _Member(name, _member_refusal(m, f"{path.name}: {_shown(name)}")) if _may_be_image(name) else None
         members[name] = (m.name, m.isdir(), image)
 
-    digest = _stream_tar(path, visit)
+    digest = stream_tar(path, visit)
     tops = {top for top in (n.split("/")[0] for n in members) if not _hidden(top)}
     prefix = next(iter(tops)) + "/" if len(tops) == 1 and not tops & set(SPLITS) else ""
     return digest, [(name[len(prefix):], *members[name][1:]) for name in sorted(members) if name.startswith(prefix)]
@@ -443,8 +369,9 @@ def _decode_tree(files: dict, source: str, progress: bool, archive: Path | None)
     """Decode a validated tree (:func:`_tree_files`): ``[x_train, y_train, x_test, y_test]``, and the digest of
     the bytes decoded (:func:`_tree_digest` of a folder tree, the sha256 of ``archive``), each file read once.
 
-    A folder's images are read in decoding order, an archive's as they stream (:func:`_stream_tar`), each decoded
-    into arrays allocated for the tree's images at the start.
+    A folder's images are read in decoding order, an archive's as they stream
+    (:func:`~explr.cifar10.archives.stream_tar`), each decoded into arrays allocated for the tree's images at the
+    start.
     """
     from tqdm import tqdm
 
@@ -474,7 +401,26 @@ def _decode_tree(files: dict, source: str, progress: bool, archive: Path | None)
             image = members.get(_member_name(m.name))
             if image is not None and _member_refusal(m, "") is None:
                 decode(image, tar.extractfile(m).read(MAX_IMAGE_BYTES + 1))
-        return out, _stream_tar(archive, visit)
+        return out, stream_tar(archive, visit)
+
+
+def _checked_tree(entries, source: str, budget: _Budget) -> dict:
+    """The tree of ``entries`` validated (:func:`_tree_files`), its images charged to ``budget``, and no image it
+    uses refused by its archive header (:class:`_Member`)."""
+    files = _tree_files(entries, source)
+    images = [image for split in SPLITS for _, image, _ in _in_order(files, split)]
+    budget.images(len(images))
+    if refused := next((m.refusal for m in images if isinstance(m, _Member) and m.refusal), None):
+        raise DataError(refused)
+    return files
+
+
+def _check_unchanged(source: str, key: str, digest: str) -> None:
+    """Refuse a source whose digest, read again, is not ``key`` (it changed between two reads): a cache is sealed
+    only for the bytes its images were decoded from."""
+    if digest != key:
+        raise DataError(f"{source} changed while it was read (first sha256:{key[:16]}…, then other bytes); nothing "
+                        "was cached: run again when nothing writes to it")
 
 
 def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
@@ -500,29 +446,25 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     if cache_dir is not None and cache_dir.is_dir():
         remove_stale_leftovers(cache_dir)
     budget = _Budget(path.name)
-    if archive:
-        key, entries = _tree_entries_from_tar(path, budget)
+    if archive:  # the cache's key from the file alone; the passes that list and decode it must read the same bytes
+        key, files = _file_hash(path, "sha256"), None
     else:
-        key, entries = None, _tree_entries_from_folder(path, budget)
-    files = _tree_files(entries, path.name)
-    n_train = sum(len(v) for v in files["train"].values())
-    budget.images(n_train + sum(len(v) for v in files["test"].values()))
-    if archive and (refused := next((m.refusal for s in SPLITS for _, m, _ in _in_order(files, s) if m.refusal), "")):
-        raise DataError(refused)  # a member the tree uses that cannot be an image, named from its header
-    key = key or _tree_digest(files)
+        files = _checked_tree(_tree_entries_from_folder(path, budget), path.name, budget)
+        key = _tree_digest(files)
     cache = None if cache_dir is None else cache_dir / f"image-folder-{key}.npz"
     arrays = None if cache is None else _read_cache(cache, key, decoder(), path.name, kind)
     if arrays is not None:
         _check_batch_size(len(arrays.y_train), batch_size, path.name)
         return arrays
-    _check_batch_size(n_train, batch_size, path.name)
+    if files is None:
+        listed, entries = _tree_entries_from_tar(path, budget)
+        files = _checked_tree(entries, path.name, budget)
+        _check_unchanged(path.name, key, listed)
+    _check_batch_size(sum(len(v) for v in files["train"].values()), batch_size, path.name)
     if cache is not None:
         _check_cache_folder(cache_dir)
     decoded, digest = _decode_tree(files, path.name, progress, path if archive else None)
-    if digest != key:
-        raise DataError(f"{path.name} changed while it was read (its digest was sha256:{key[:16]}… when it was "
-                        f"listed, another when it was decoded); nothing was cached: run again when nothing writes "
-                        "to it")
+    _check_unchanged(path.name, key, digest)
     arrays = CifarArrays(*decoded, source=path.name, kind=kind, files={path.name: "sha256:" + key})
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
