@@ -121,6 +121,18 @@ def test_bad_trees_are_refused_with_a_message_naming_the_file(tree, case):
         load_image_folder(tree, cache_dir=None, progress=False)
 
 
+@pytest.mark.parametrize("compression", ["bz2", "lzma"])
+def test_a_tar_compressed_otherwise_is_read_as_tarfiles_r_star_would(tmp_path, small, compression):
+    """A ``.tar`` that is bzip2- or xz-compressed is recognised by its magic bytes, as tarfile's ``r|*`` does."""
+    plain = write_image_folder(tmp_path / "t", small, archive="tar")
+    packed = tmp_path / "packed" / "t.tar"
+    packed.parent.mkdir()
+    packed.write_bytes(__import__(compression).compress(plain.read_bytes()))
+    assert packed.read_bytes()[:3] != plain.read_bytes()[:3]
+    got = load_image_folder(packed, cache_dir=None, progress=False)
+    np.testing.assert_array_equal(got.x_train, load_image_folder(plain, cache_dir=None, progress=False).x_train)
+
+
 def test_a_truncated_tarball_is_refused(tmp_path, small):
     src = write_image_folder(tmp_path / "t", small, archive="tar.gz")
     src.write_bytes(src.read_bytes()[: len(src.read_bytes()) // 2])

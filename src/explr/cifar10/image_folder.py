@@ -3,10 +3,10 @@
 :data:`MAX_IMAGE_BYTES`, links only inside the tree), decoded once with Pillow and cached, sealed for the
 source and :data:`DECODER` (:mod:`explr.cifar10.arrays`).
 
-A source is read twice: once to list and validate the tree and compute its digest (the key of its cache), and, if
-no cache holds it, once to decode it.  The decoding pass computes the digest again from the very bytes it decodes,
-and a source whose two digests differ (it changed between the reads) is refused: a cache is only ever sealed for
-the bytes its images came from.  An archive's image members are checked one by one as they stream (one member in
+A source's digest, the key of its cache, is computed first (an archive's sha256; a folder tree is listed and
+validated, then its images read for it).  If no cache holds it, an archive is listed and validated, and the source
+decoded, each pass hashing the very bytes it reads: a source whose digest changes between the passes is refused,
+so a cache is only ever sealed for the bytes its images came from.  An archive's image members are checked one by one as they stream (one member in
 memory at a time), and the tree's listing and its decoded pixels are bounded by the memory available
 (:class:`_Budget`).
 """
