@@ -6,6 +6,7 @@ import errno
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explr.cifar10 import files, hardware
 from explr.cifar10 import image_folder as image_folder_module
 from explr.cifar10.arrays import CLASSES, NPZ_KEYS, DataError, arrays_sha256
 from explr.cifar10.sources import load_cifar10
@@ -119,6 +121,18 @@ def test_bad_trees_are_refused_with_a_message_naming_the_file(tree, case):
         load_image_folder(tree, cache_dir=None, progress=False)
 
 
+@pytest.mark.parametrize("compression", ["bz2", "lzma"])
+def test_a_tar_compressed_otherwise_is_read_as_tarfiles_r_star_would(tmp_path, small, compression):
+    """A ``.tar`` that is bzip2- or xz-compressed is recognised by its magic bytes, as tarfile's ``r|*`` does."""
+    plain = write_image_folder(tmp_path / "t", small, archive="tar")
+    packed = tmp_path / "packed" / "t.tar"
+    packed.parent.mkdir()
+    packed.write_bytes(__import__(compression).compress(plain.read_bytes()))
+    assert packed.read_bytes()[:3] != plain.read_bytes()[:3]
+    got = load_image_folder(packed, cache_dir=None, progress=False)
+    np.testing.assert_array_equal(got.x_train, load_image_folder(plain, cache_dir=None, progress=False).x_train)
+
+
 def test_a_truncated_tarball_is_refused(tmp_path, small):
     src = write_image_folder(tmp_path / "t", small, archive="tar.gz")
     src.write_bytes(src.read_bytes()[: len(src.read_bytes()) // 2])
@@ -169,9 +183,10 @@ def five_seconds():
 
 
 def _tar(path, tree, extra=()):
-    """A .tar.gz of ``tree`` (under its folder name) plus ``extra`` members: (name, bytes or TarInfo)."""
+    """A .tar.gz of ``tree`` (under its folder name; None: none) plus ``extra`` members: (name, bytes or TarInfo)."""
     with tarfile.open(path, "w:gz") as tar:
-        tar.add(tree, arcname=tree.name)
+        if tree is not None:
+            tar.add(tree, arcname=tree.name)
         for name, content in extra:
             info = content if isinstance(content, tarfile.TarInfo) else tarfile.TarInfo(name)
             info.name = name
@@ -403,8 +418,8 @@ def test_stale_temp_files_of_the_cache_are_removed(tree, tmp_path):
     """Item 16: a kill -9 during the cache write left .image-folder-*.npz.*.tmp behind forever."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    dead = cache / ".image-folder-a.npz.999999999.k2j4m7xa.tmp"  # no such pid
-    alive = cache / f".image-folder-b.npz.{os.getpid()}.x8_qz3ab.tmp"  # a writer still at work
+    dead = cache / f".image-folder-a.npz.999999999@{files.HOST}.k2j4m7xa.tmp"  # no such pid on this host
+    alive = cache / f".image-folder-b.npz.{os.getpid()}@{files.HOST}.x8_qz3ab.tmp"  # a writer still at work
     old = cache / ".image-folder-c.npz.q1w2e3.tmp"  # an older name without pid, untouched for 2 hours
     fresh = cache / ".image-folder-d.npz.r4t5y6.tmp"
     for p in (dead, alive, old, fresh):
@@ -444,3 +459,182 @@ def test_a_batch_larger_than_the_tree_is_refused_before_decoding_or_caching(tree
     with pytest.raises(DataError, match=r"batch_size \(--batch-size\) 41 exceeds the 40 training images of cifar"):
         load_cifar10(str(tree), root=tmp_path / "root", progress=False, batch_size=41)
     assert not (tmp_path / "root").exists()
+
+
+# ----------------------------------------------------------------------------- issue 41 (security) and issue 38
+def _counting_extractfile(monkeypatch):
+    """The names of the tar members read, in order (tarfile's extractfile counted)."""
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    return read
+
+
+def test_a_small_tar_gz_of_many_large_bad_images_is_refused_at_the_first(tmp_path, monkeypatch):
+    """Issue 41 item 1: every member named like an image (up to 1 MiB each) was read into memory before any was
+    checked, so 32 zero-filled 1 MiB members in a 34 KiB .tar.gz were all held at once.  Now each is checked as it
+    streams: the peak of Python's allocations is a few copies of one member's bound (tarfile's stream buffers
+    copy it), whatever the number of members."""
+    import tracemalloc
+
+    n = 32
+    zeros = [(f"cifar/train/cat/{i:05d}.png", bytes(image_folder_module.MAX_IMAGE_BYTES)) for i in range(n)]
+    src = _tar(tmp_path / "bomb.tar.gz", None, [*zeros, ("cifar/test/cat/0.png", _png())])
+    assert src.stat().st_size < n * image_folder_module.MAX_IMAGE_BYTES / 100, "small: about 1,000× amplification"
+    read = _counting_extractfile(monkeypatch)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"bomb\.tar\.gz: train/cat/00000\.png: not a readable PNG"):
+            load_image_folder(src, cache_dir=None, progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * image_folder_module.MAX_IMAGE_BYTES, f"peak {peak / 2**20:.1f} MiB for {n} members of 1 MiB"
+    assert read == ["cifar/train/cat/00000.png"], "refused at the first bad image, the others never read"
+
+
+@pytest.mark.parametrize("archive", [None, "tar.gz"])
+def test_a_tree_larger_than_the_memory_available_is_refused_before_decoding(tmp_path, small, monkeypatch, archive):
+    """Issue 41 item 1: the total is bounded too: 60 images (180 KiB of pixels) and their listing, with 293 KiB of
+    memory available."""
+    src = write_image_folder(tmp_path / "c", small, archive=archive)
+    _no_decoding(monkeypatch)
+    monkeypatch.setattr(hardware, "available_memory", lambda: 300_000)
+    with pytest.raises(DataError, match=r"c(\.tar\.gz)?: 60 images .* more than the 293 KiB of memory available"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def test_an_archive_of_more_entries_than_the_memory_holds_is_refused_while_it_streams(tmp_path, small, monkeypatch):
+    """Issue 41 item 1: listing an archive keeps each entry; a tar.gz of many small members is stopped while it is
+    listed, not after every member has been kept."""
+    src = _tar(tmp_path / "many.tar.gz", None, [(f"cifar/notes/{i}", b"") for i in range(2000)])
+    monkeypatch.setattr(hardware, "available_memory", lambda: 200_000)
+    with pytest.raises(DataError, match=r"many\.tar\.gz: its entries .* more than the 195 KiB of memory available"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def _tar_header(name, kind, size):
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def test_tar_headers_that_tarfile_would_hold_whole_are_refused_before_they_are_read(tmp_path):
+    """Issue 41 item 1, in tarfile itself: a pax header is read whole into memory (a 16 MiB one from a 16 KiB
+    .tar.gz), a chain of them recursively (RecursionError), and a GNU sparse map grows with the archive."""
+    import gzip
+    import tracemalloc
+
+    record = b"19 path=abcdefghij\n"
+    archives = {
+        "pax.tar.gz": _tar_header("././@PaxHeader", tarfile.XHDTYPE, 16 << 20) + bytes(16 << 20),
+        "chain.tar.gz": (_tar_header("././@PaxHeader", tarfile.XHDTYPE, len(record)) + record.ljust(512, b"\0"))
+        * 3000,
+        "sparse.tar.gz": _tar_header("cifar/train/cat/0.png", tarfile.GNUTYPE_SPARSE, 0),
+    }
+    for name, content in archives.items():
+        with gzip.open(tmp_path / name, "wb") as f:
+            f.write(content + bytes(1024))
+        tracemalloc.start()
+        try:
+            with pytest.raises(DataError, match=rf"^{re.escape(name)}: not a readable tar archive") as err:
+                load_image_folder(tmp_path / name, cache_dir=None, progress=False)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 * image_folder_module.MAX_IMAGE_BYTES, f"{name}: peak {peak / 2**20:.1f} MiB"
+        assert "\n" not in str(err.value)
+
+
+def _swap_after(monkeypatch, step, swap):
+    """Call ``swap()`` once, right after ``step`` of :func:`load_image_folder`: after the cache lookup (the source's
+    digest computed, the archive not yet listed) or the cache folder's check (listed, not yet decoded)."""
+    done = getattr(image_folder_module, step)
+
+    def then_swap(*args, **kwargs):
+        result = done(*args, **kwargs)
+        swap()
+        return result
+    monkeypatch.setattr(image_folder_module, step, then_swap)
+
+
+def _refusal(load) -> str:
+    """The DataError line of ``load()``, or "" if it loaded."""
+    try:
+        load()
+    except DataError as err:
+        return str(err)
+    return ""
+
+
+@pytest.mark.parametrize("step", ["_read_cache", "_check_cache_folder"])
+def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tmp_path, small,
+                                                                                             monkeypatch, step):
+    """Issue 41 item 2: the archive's sha256 was computed, then the file read again to decode it: swapped between the
+    two reads and put back, it left a cache named and sealed for the original that held the other's images."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    other = write_image_folder(tmp_path / "o", make_synthetic(n_train=40, n_test=20, seed=8), archive="tar.gz")
+    want = load_image_folder(src, cache_dir=None, progress=False)
+    original = src.read_bytes()
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as patch:
+        _swap_after(patch, step, lambda: src.write_bytes(other.read_bytes()))
+        refused = _refusal(lambda: load_image_folder(src, cache_dir=cache, progress=False))
+    src.write_bytes(original)
+    got = load_image_folder(src, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(got.x_train, want.x_train)
+    assert got.sha256 == want.sha256
+    assert re.fullmatch(r"c\.tar\.gz changed while it was read .*run again.*", refused), refused
+
+
+def test_a_tree_file_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tree, tmp_path,
+                                                                                               monkeypatch):
+    """Issue 41 item 2: the same gap between a folder tree's digest and its decoding."""
+    want = load_image_folder(tree, cache_dir=None, progress=False)
+    victim = sorted((tree / "train" / "cat").iterdir())[0]
+    original = victim.read_bytes()
+    inverted = Image.open(io.BytesIO(original)).point(lambda v: 255 - v)
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as patch:
+        _swap_after(patch, "_read_cache", lambda: inverted.save(victim))
+        refused = _refusal(lambda: load_image_folder(tree, cache_dir=cache, progress=False))
+    victim.write_bytes(original)
+    got = load_image_folder(tree, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(got.x_train, want.x_train)
+    assert re.fullmatch(r"cifar changed while it was read .*run again.*", refused), refused
+
+
+def _png_16bit_rgb(rgb16, text_first=False):
+    """A 16-bit-per-channel RGB PNG (which Pillow opens as mode RGB) of the uint16 image ``rgb16`` (H, W, 3); with
+    ``text_first``, a tEXt chunk before its IHDR (against the PNG spec, but Pillow reads it)."""
+    h, w, _ = rgb16.shape
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    rows = b"".join(b"\0" + row.astype(">u2").tobytes() for row in rgb16)
+    return (b"\x89PNG\r\n\x1a\n" + (chunk(b"tEXt", b"k\0v") if text_first else b"")
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_a_16_bit_rgb_png_is_refused_not_cut_to_its_high_byte(tree):
+    """Issue 41 item 17: Pillow reports a 16-bit RGB PNG as mode RGB and kept the high byte of each value."""
+    rgb16 = np.random.default_rng(0).integers(0, 2**16, size=(32, 32, 3)).astype(np.uint16)
+    raw = _png_16bit_rgb(rgb16)
+    with Image.open(io.BytesIO(raw)) as im:
+        assert im.mode == "RGB" and np.array_equal(np.asarray(im), (rgb16 >> 8).astype(np.uint8)), "what Pillow does"
+    (tree / "train" / "cat" / "deep.png").write_bytes(raw)
+    with pytest.raises(DataError, match=r"train/cat/deep\.png: a 16-bit PNG; expected 8 bits per channel"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+    (tree / "train" / "cat" / "deep.png").write_bytes(_png_16bit_rgb(rgb16, text_first=True))
+    with pytest.raises(DataError, match=r"deep\.png: a PNG whose first chunk is not its IHDR; expected 8 bits"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_an_image_folder_without_pillow_is_one_line_naming_the_extra(tree, monkeypatch):
+    """Issue 38: without Pillow, --data <an image folder> gave a ModuleNotFoundError traceback."""
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)
+    with pytest.raises(DataError, match=r"^--data cifar: an image folder needs Pillow, which is not installed; "
+                                        r"pip install 'explr-book\[cifar10\]'$"):
+        load_image_folder(tree, cache_dir=None, progress=False)

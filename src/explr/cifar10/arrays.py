@@ -9,8 +9,9 @@ checksum alone would not do: anyone who can write the cache file (a shared or co
 user of a group-writable folder) could put other images there and recompute any plain sha256, and the runs
 would train on them while their manifests name the archive's sha256.  Without the key no one can seal other
 arrays, or a cache made for another source or by another decoder version.  The key is kept apart from the
-caches, in ``$XDG_CACHE_HOME/explr`` (``~/.cache/explr``): a regular file of this user that no one else may
-read (anything else is refused in one line).  A cache that is not sealed for its source, its decoder and
+caches, in ``$XDG_CACHE_HOME/explr`` (``~/.cache/explr`` where ``XDG_CACHE_HOME`` is unset or relative): a regular
+file of this user that no one else may read (anything else, or a path that cannot hold it, is refused in one line
+naming the path and what to do).  A cache that is not sealed for its source, its decoder and
 this key (from another machine or user, an older format, or changed since) is rebuilt, with one line on stderr.
 """
 from __future__ import annotations
@@ -269,7 +270,27 @@ KEY_BYTES = 32
 
 
 def _cache_key_path() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "explr" / "decode-cache.key"
+    """``$XDG_CACHE_HOME/explr/decode-cache.key``, or ``~/.cache/explr/...`` where ``XDG_CACHE_HOME`` is unset, empty
+    or relative (the XDG Base Directory spec: a relative path is invalid and is ignored)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "explr" / "decode-cache.key"
+    remedy = "set HOME or XDG_CACHE_HOME to a folder of yours"
+    try:
+        home = Path.home()
+    except RuntimeError:  # HOME unset and no passwd entry for this uid (docker --user)
+        raise DataError(f"cannot find the decode cache's key: HOME is not set and uid {os.getuid()} has no home "
+                        f"folder; {remedy}") from None
+    if not home.is_absolute():
+        raise DataError(f"cannot find the decode cache's key: HOME={home} is not an absolute path; {remedy}")
+    return home / ".cache" / "explr" / "decode-cache.key"
+
+
+def _not_a_folder(path: Path) -> DataError:
+    """The error for a key ``path`` under a file (``ENOTDIR``), naming the file that stands where a folder goes."""
+    blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), path.parent)
+    return DataError(f"{blocker} is a file, not a folder: the decode cache's key {path} cannot be kept there; move it "
+                     "away or set XDG_CACHE_HOME to a folder of yours")
 
 
 def _read_cache_key(path: Path) -> bytes:
@@ -278,18 +299,30 @@ def _read_cache_key(path: Path) -> bytes:
     remedy = "delete it (a new key is made, and the decode caches are rebuilt once)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise DataError(f"{path} is not a regular file (a symbolic link); {remedy}") from None
-        raise
-    with open(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+        if err.errno == errno.ENOTDIR:
+            raise _not_a_folder(path) from None
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise DataError(f"{path} cannot be read ({err.strerror}); make it readable by you (chmod 600 {path}) or "
+                            f"{remedy}") from None
+        raise DataError(f"{path} cannot be read ({err.strerror or _one_line(err)}); {remedy}") from None
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise DataError(f"{path} is not a regular file; {remedy}")
+            kind = " (a folder)" if stat.S_ISDIR(st.st_mode) else ""
+            raise DataError(f"{path} is not a regular file{kind}; {remedy}")
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             raise DataError(f"{path} may be read by other users (mode {st.st_mode & 0o777:o}, owner uid {st.st_uid}): "
                             f"it is the secret that seals your decode caches; {remedy}")
-        key = f.read(KEY_BYTES + 1)
+        key = os.read(fd, KEY_BYTES + 1)
+    except OSError as err:
+        raise DataError(f"{path} cannot be read ({err.strerror or _one_line(err)}); {remedy}") from None
+    finally:
+        os.close(fd)
     if len(key) != KEY_BYTES:
         raise DataError(f"{path} is not a key of this engine ({KEY_BYTES} bytes); {remedy}")
     return key
@@ -315,6 +348,8 @@ def cache_key() -> bytes:
         finally:
             os.unlink(tmp)
     except OSError as err:
+        if err.errno in (errno.ENOTDIR, errno.EEXIST) and not path.parent.is_dir():
+            raise _not_a_folder(path) from None
         raise DataError(f"cannot make the decode cache's key {path} ({err.strerror or _one_line(err)}); set "
                         "XDG_CACHE_HOME to a folder of yours that can be written") from None
     return _read_cache_key(path)
@@ -324,6 +359,14 @@ def _seal(secret: bytes, key: str, decoder: str, digest: str) -> str:
     """The HMAC-SHA256 under ``secret`` of the arrays' checksum ``digest``, the source's digest ``key`` and
     ``decoder``: what a cache of those arrays, made from that source by that decoder, records."""
     return hmac.new(secret, f"explr decode cache\0{decoder}\0{key}\0{digest}".encode(), hashlib.sha256).hexdigest()
+
+
+def _seal_matches(found: np.ndarray, expected: str) -> bool:
+    """Whether a cache's ``seal`` array is the string ``expected``, compared in constant time; a seal of any other
+    type or shape, or holding characters no seal has, does not match (it is someone's forgery, not an error)."""
+    if found.shape != () or found.dtype.kind != "U":
+        return False
+    return hmac.compare_digest(found.item().encode("utf-8", "surrogatepass"), expected.encode())
 
 
 def _check_cache_folder(cache_dir: Path) -> None:
@@ -362,7 +405,7 @@ def _read_cache(cache: Path, key: str, decoder: str, source: str, kind: str) -> 
         x_train, y_train = _check_split("train", a["x_train"], a["y_train"], str(cache))
         x_test, y_test = _check_split("test", a["x_test"], a["y_test"], str(cache))
         digest = arrays_sha256(x_train, y_train, x_test, y_test)
-        if not hmac.compare_digest(str(a["seal"]), _seal(secret, key, decoder, digest)):
+        if not _seal_matches(a["seal"], _seal(secret, key, decoder, digest)):
             raise DataError(f"{cache}: not written by this engine's decoder for {source} (its seal does not match: "
                             "arrays changed since, or made for another source, by another decoder version or under "
                             "another user's key)")

@@ -13,14 +13,16 @@ Sources accepted by :func:`load_cifar10` (the CLI's ``--data``):
 * a ``.npz`` file with ``x_train, y_train, x_test, y_test`` (images uint8 ``(N, 32, 32, 3)`` HWC RGB,
   labels integers in 0..9), read with ``np.load(allow_pickle=False)`` after every ``.npy`` header has
   been checked (readable, no pickle, the declared sizes within the memory available);
-* an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 RGB PNG or JPEG files, class
+* an image-folder tree ``train/<class>/*`` and ``test/<class>/*`` (32×32 8-bit RGB PNG or JPEG files, class
   folders named after CIFAR-10's classes, labels in sorted class-name order), or a ``.tar``, ``.tar.gz``
   or ``.tgz`` holding one (at its top level or under one folder; the archive is streamed, and only its
-  image members are read).  Only regular files of at most :data:`~explr.cifar10.image_folder.MAX_IMAGE_BYTES`
-  are read, and links only where they stay inside the tree.  It is decoded once with Pillow and the uint8 arrays
-  are cached in ``<data_root>/cache/`` under the source's sha256, sealed with an HMAC of the arrays, the source
-  and the decoder's version under a key of this user (:mod:`~explr.cifar10.arrays`; verified on load: a damaged,
-  mismatched or forged cache is rebuilt), so later runs load in about a second;
+  image members are read, each checked as it streams).  Only regular files of at most
+  :data:`~explr.cifar10.image_folder.MAX_IMAGE_BYTES` are read, links only where they stay inside the tree, and
+  the tree must fit in the memory available.  It needs Pillow (the ``cifar10`` extra), is decoded once and the
+  uint8 arrays are cached in ``<data_root>/cache/`` under the sha256 of the bytes decoded (a source that changes
+  while it is read is refused), sealed with an HMAC of the arrays, the source and the decoder's version under a
+  key of this user (:mod:`~explr.cifar10.arrays`; verified on load: a damaged, mismatched or forged cache is
+  rebuilt), so later runs load in about a second;
 * ``"synthetic"`` -- a small generated, learnable stand-in (tests, smoke runs).
 
 Bad data is one :class:`~explr.cifar10.arrays.DataError` line (a ``ValueError``: the CLI prints it and exits with
