@@ -75,7 +75,7 @@ def test_a_symlinked_run_folder_is_refused_and_nothing_in_its_target_is_deleted(
 def test_only_the_engines_own_temporary_files_are_removed(arrays, tmp_path):
     cfg = TrainConfig(**{**TINY, "epochs": 2}, schedule="step")
     train_run(cfg, tmp_path, arrays, progress=False, stop_after=1)
-    leftover = tmp_path / f".checkpoint.pt.{os.getpid() + 1}.k2j4m7xa.tmp"  # as files.atomic_write names them
+    leftover = tmp_path / f".checkpoint.pt.{os.getpid() + 1}.k2j4m7xa.tmp"  # the name form before the host
     leftover.write_bytes(b"half a checkpoint")
     users = [".notes.tmp", ".checkpoint.pt.tmp", ".a.12.short.tmp", ".a.x1.k2j4m7xa.tmp", ".a.12.K2J4M7XA.tmp"]
     for name in users:
