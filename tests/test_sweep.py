@@ -105,7 +105,7 @@ def test_jobs_beyond_any_machine_are_one_line_before_anything_starts(jobs, tmp_p
     (3, 1024, 2, "cuda", 3),  # on a GPU a worker mostly waits for its kernels: the CPUs do not cap it
 ])
 def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, jobs, cpus, device, workers,
-                                                                         tmp_path, monkeypatch):
+                                                                         tmp_path, monkeypatch, capsys):
     pools = []
     monkeypatch.setattr(hardware, "available_cpus", lambda: cpus)
     monkeypatch.setattr(sweep, "_run_processes", lambda configs, dirs, arrays, jobs, *rest: pools.append(jobs) or [])
@@ -114,6 +114,8 @@ def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, j
     run_many(configs, tmp_path, arrays=tiny_arrays(), jobs=jobs, progress=False)
     assert pools == [workers]
     assert hardware.workers(jobs, runs, torch.device(device)) == workers
+    capped = f"--jobs {jobs}: {workers} runs at a time, as many as the CPUs"
+    assert (capped in capsys.readouterr().err) == (workers < min(jobs, runs))
 
 
 def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tmp_path, monkeypatch):

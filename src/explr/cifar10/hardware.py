@@ -13,6 +13,8 @@ The default therefore leaves one CPU free, ``max(1, available − 1)`` threads, 
 the CPU only launches kernels, 1 thread per run; ``--threads`` overrides.  README states the measured
 speeds with and without a busy loop beside the engine.
 
+A sweep's pool (:func:`workers`) has no more worker processes than runs, and on the CPU no more than the CPUs.
+
 Memory (:func:`available_memory`) is limited the same two ways: the host's ``MemAvailable`` and a
 cgroup's limit (``memory.max`` of v2, ``memory.limit_in_bytes`` of v1) minus what the cgroup uses.
 """
