@@ -17,8 +17,19 @@ Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the othe
 plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.stats.load_plan`).
 
 Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
-``load_runs``, ``RunError``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir`` (the dry run's interrupted
-run).
+``load_runs``, ``RunError``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir`` (the dry run's
+interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
+``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.preflight.check_before_data` and
+:func:`explr.cifar10.lock.handle_signals`.
+
+Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
+``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
+missing, malformed or edited plan, an unavailable device, a file where a folder goes, a run folder that cannot be
+used (:func:`explr.cifar10.preflight.check_before_data`) and a manifest that does not parse, all checked before the
+data is loaded; then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
+signal's number (the runs record "interrupted"; ``--resume`` continues them); a full disk is exit code 6.
+``--jobs`` (default: the runs of one round) is capped by the runs and, on the CPU, by the CPUs
+(:func:`explr.cifar10.hardware.workers`).
 
 ``--dry-run`` trains the same grid logic on a tiny recipe (synthetic images, PreResNet-8, 2 epochs, the plan's
 first 2 seeds) on the CPU into a temporary folder, and checks the balance and resume rules: one round leaves
@@ -35,13 +46,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from explr.book.stats import PLAN_V2_PATH, AnalysisPlan, complete_seeds, count_by_arm, load_plan
-from explr.cifar10 import (RunError, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
+from explr.cifar10 import (RunError, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
                            train_run)
+from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
+from explr.cifar10.lock import DiskFull, exit_code, handle_signals, signal_name
+from explr.cifar10.preflight import check_before_data
+from explr.params import Int, Text
 
 #: the dry run's recipe: everything small, on the CPU (decays at epoch 1 of 2, so each schedule has a phase change).
 DRY_RUN = dict(epochs=2, depth=8, batch_size=32, decay_epochs=[1], device="cpu", threads=1, eval_batch_size=64,
                log_every=2)
 DRY_IMAGES = (160, 40)  # synthetic training and test images: 5 steps per epoch
+#: the engine's settings that the grid takes from its command line (the plan gives the recipe).
+MACHINE = ("data", "data_root", "device")
+#: the rule of --seeds-at-once and --rounds.
+COUNT = Int(1)
 
 
 def experiment_of(corrections: str) -> str:
@@ -73,8 +92,8 @@ def train_grid(plan: AnalysisPlan, out, *, arrays, resume: bool = False, jobs: i
     """Train the plan's grid into ``out`` round by round (module docstring); at most ``rounds`` rounds that still
     need training.  Returns the seeds complete afterwards (every arm finished).  Without ``resume`` an existing
     run is refused by the engine (``RunError``) before its round starts."""
-    if seeds_at_once < 1 or (rounds is not None and rounds < 1):
-        raise ValueError(f"--seeds-at-once and --rounds must be >= 1; got {seeds_at_once}, {rounds}")
+    if not COUNT.ok(seeds_at_once) or not (rounds is None or COUNT.ok(rounds)):
+        raise ValueError(f"--seeds-at-once and --rounds must be {COUNT.rule()}; got {seeds_at_once}, {rounds}")
     done = set(complete_seeds(plan, grid_runs(plan, out))) if resume else set()
     todo = [k for k in plan.seeds if k not in done]
     batches = [todo[i:i + seeds_at_once] for i in range(0, len(todo), seeds_at_once)][:rounds]
@@ -122,34 +141,75 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
         return count_by_arm(runs)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default=str(PLAN_V2_PATH), help="the registered analysis plan (default: v2)")
-    ap.add_argument("--out", default="results/cifar10-confirmatory", help="folder of the grid's runs")
-    ap.add_argument("--data", default="auto", help="as python -m explr.cifar10 --data (default: download CIFAR-10)")
-    ap.add_argument("--data-root", default="data", help="as python -m explr.cifar10 --data-root")
-    ap.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) -> list[TrainConfig]:
+    """What the grid needs checked before its data is loaded: every run's settings (the plan's recipe with
+    ``common``), the device, ``jobs``, ``out`` and every run folder in it
+    (:func:`explr.cifar10.preflight.check_before_data`), and with ``resume`` every manifest :func:`grid_runs` reads.
+    Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
+    configs = []
+    for name, group in round_plan(plan, plan.seeds, **common).items():
+        check_before_data(group, Path(out) / name, resume=resume, jobs=jobs)
+        configs += group
+    if resume:
+        grid_runs(plan, out)
+    return configs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = CommandLineParser(prog="confirmatory_grid.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", default=str(PLAN_V2_PATH), type=argument_type("plan", Text("a plan file")),
+                    help="the registered analysis plan (default: v2)")
+    ap.add_argument("--out", default="results/cifar10-confirmatory", type=argument_type("out", FOLDER),
+                    help="folder of the grid's runs")
+    add_config_arguments(ap, names=MACHINE)  # as python -m explr.cifar10 takes them
     ap.add_argument("--resume", action="store_true", help="continue the runs already under --out")
-    ap.add_argument("--seeds-at-once", type=int, default=2,
+    ap.add_argument("--seeds-at-once", type=argument_type("seeds_at_once", COUNT), default=2,
                     help="seeds per round (a round trains every arm of each; default 2: 14 runs at once, near the "
                          "17 processes at which the pilot's throughput was measured)")
-    ap.add_argument("--jobs", type=int, default=None, help="processes at once (default: the runs of one round)")
-    ap.add_argument("--rounds", type=int, default=None, help="train at most this many rounds now (whole rounds)")
+    ap.add_argument("--jobs", type=argument_type("jobs", JOBS), default=None,
+                    help="processes at once (default: the runs of one round); no more than the runs, nor on the CPU "
+                         "than the CPUs this process may use")
+    ap.add_argument("--rounds", type=argument_type("rounds", COUNT), default=None,
+                    help="train at most this many rounds now (whole rounds)")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                    help="progress bars of the decoding and of every run")
     ap.add_argument("--dry-run", action="store_true", help="the tiny CPU check of the grid's logic (seconds)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    plan = load_plan(args.plan)  # refuses an edited plan
+    try:
+        plan = load_plan(args.plan)  # refuses an edited plan
+    except (ValueError, OSError) as err:
+        parser.error(f"--plan: {err}")
     if args.dry_run:
         print(f"dry run: {dry_run(plan)}")
         return 0
     if plan.registration is None:
-        print(f"{args.plan} is not registered (no record in registrations.json): its runs would judge nothing",
-              file=sys.stderr)
-        return 2
-    arrays = load_cifar10(args.data, args.data_root)
-    jobs = args.jobs or len(plan.arms) * args.seeds_at_once
-    done = train_grid(plan, args.out, arrays=arrays, resume=args.resume, jobs=jobs, seeds_at_once=args.seeds_at_once,
-                      rounds=args.rounds, device=args.device, data=args.data, data_root=args.data_root)
+        parser.error(f"--plan: {args.plan} is not registered (no record in registrations.json): its runs would judge "
+                     "nothing")
+    common = {k: getattr(args, k) for k in MACHINE}
+    jobs = args.jobs or min(len(plan.arms) * min(args.seeds_at_once, len(plan.seeds)), MAX_JOBS)
+    with handle_signals():
+        try:
+            configs = check_grid(plan, args.out, resume=args.resume, jobs=jobs, **common)
+            arrays = load_cifar10(args.data, args.data_root, progress=args.progress,
+                                  batch_size=max(c.batch_size for c in configs))
+            done = train_grid(plan, args.out, arrays=arrays, resume=args.resume, jobs=jobs,
+                              seeds_at_once=args.seeds_at_once, rounds=args.rounds, progress=args.progress, **common)
+        except ValueError as err:  # settings, device, run folders, manifests, data: one line
+            parser.error(str(err))
+        except DiskFull as err:
+            print(err, file=sys.stderr)
+            return Status.DISK_FULL.exit_code
+        except KeyboardInterrupt as err:
+            print(f"{parser.prog}: interrupted by {signal_name(err)}; the runs keep their last checkpoints: rerun "
+                  "with --resume to continue the grid", file=sys.stderr)
+            return exit_code(err)
     print(f"complete seeds: {len(done)} of {len(plan.seeds)} ({done}); runs per arm: "
           f"{count_by_arm(grid_runs(plan, args.out))}")
     return 0

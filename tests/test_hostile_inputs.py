@@ -75,11 +75,13 @@ def test_an_empty_out_is_refused_like_an_empty_data(npz, tmp_path, capsys, monke
 
 def test_the_largest_values_in_range_are_accepted(npz, tmp_path):
     """The new upper bounds do not refuse what they allow: depth 1202 (He et al.'s deepest CIFAR ResNet) parses,
-    and wd at float32's largest value, bn_eps 0.1 and 1024 threads validate."""
+    and so does wd at float32's largest value; wd just below the stability limit 2(1 + momentum)/lr = 38, bn_eps 0.1
+    and 1024 threads validate."""
     from explr.cifar10.__main__ import build_parser
     from explr.cifar10.config import configs_from_args
 
-    args = build_parser().parse_args(["--depth", "1202", "--wd", "3.4e38", "--bn-eps", "0.1", "--threads", "1024",
+    assert build_parser().parse_args(["--wd", "3.4e38"]).wd == 3.4e38
+    args = build_parser().parse_args(["--depth", "1202", "--wd", "37.99", "--bn-eps", "0.1", "--threads", "1024",
                                       "--device", "cuda:127"])
     (config,) = configs_from_args(args)
     assert config.validate().depth == 1202 and config.threads == 1024

@@ -157,10 +157,12 @@ def no_hang():
     (lambda run: edit_manifest(run, devices=5), "manifest.json: devices is an integer, expected a list of strings"),
     (lambda run: edit_manifest(run, devices=["cpu", 5]), "devices holds an integer, expected a list of strings"),
     (lambda run: edit_manifest(run, status=["running"]), "manifest.json: status is a list, expected a string"),
+    (lambda run: edit_manifest(run, status="bogus"), "manifest.json: status is 'bogus', not one of running, "),
     (lambda run: edit_manifest(run, resolved=[]), "manifest.json: resolved is a list, expected an object"),
     (lambda run: replace_by(run / "manifest.json", "/dev/zero"), "manifest.json is unreadable (not a regular file"),
     (lambda run: replace_by(run / "manifest.json", "fifo"), "manifest.json is unreadable (not a regular file"),
-], ids=["nested", "sha list", "sha writing dict", "devices 5", "devices [cpu, 5]", "status list", "resolved list",
+], ids=["nested", "sha list", "sha writing dict", "devices 5", "devices [cpu, 5]", "status list", "status bogus",
+        "resolved list",
         "/dev/zero", "fifo"])
 def test_a_hostile_manifest_is_one_line_naming_it(edit, match, unfinished, npz, capsys, no_hang):
     out = unfinished.parents[1]
@@ -170,6 +172,15 @@ def test_a_hostile_manifest_is_one_line_naming_it(edit, match, unfinished, npz, 
     with pytest.raises(RunError, match=r"manifest\.json") as raised:
         load_runs(out)
     assert "\n" not in str(raised.value)
+
+
+def test_a_bogus_status_of_a_finished_run_is_one_line_naming_it_before_the_other_runs_train(finished, npz, capsys):
+    """Issue 41 item 16: it was noticed after the other runs trained, as an exit 2 naming no file."""
+    out = finished.parents[1]
+    edit_manifest(finished, status="bogus")
+    err = one_line([*cli(out, npz, "--epochs", "1", "--seed", "0", "1"), "--resume"], capsys, "'bogus'")
+    assert str(finished / "manifest.json") in err, err
+    assert not (out / "step" / "seed1").exists()
 
 
 @pytest.mark.parametrize("edit, match", [

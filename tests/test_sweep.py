@@ -3,18 +3,22 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
-from explr.cifar10 import load_runs, run_many
+from explr.cifar10 import hardware, load_runs, run_many
 from explr.cifar10 import sweep
 from explr.cifar10.__main__ import main
-from explr.cifar10.config import TrainConfig
+from explr.cifar10.config import TrainConfig, config_to_argv
+from explr.cifar10.preflight import prepare
 from explr.cifar10.sources import make_synthetic
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
-from cifar10_helpers import CLI_TINY, tiny_arrays
+from cifar10_helpers import CLI_TINY, TINY, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
@@ -77,3 +81,52 @@ def test_a_run_taken_meanwhile_by_another_process_is_exit_code_4_with_the_summar
     out, err = capfd.readouterr()  # (a worker's lines come from another process)
     assert re.search(r"step seed 0 +finished", out) and re.search(r"texp seed 0 +locked", out), out
     assert str(tmp_path / "texp" / "seed0") in err and "Traceback" not in err, err
+
+
+# ----------------------------------------------------------------------------- the pool's size and its threads
+@pytest.mark.parametrize("jobs", [10**12, 2**70, 0, 1025])
+def test_jobs_beyond_any_machine_are_one_line_before_anything_starts(jobs, tmp_path, capsys, monkeypatch):
+    """Issue 41 item 11: ``--jobs 10**12`` was a MemoryError, ``2**70`` an OverflowError (``[None] * jobs``)."""
+    monkeypatch.setattr(sweep, "_run_processes", lambda *args: pytest.fail("a pool was started"))
+    with pytest.raises(SystemExit) as exc:
+        main(["--schedule", "step", "texp", "--jobs", str(jobs), "--data", "synthetic", "--out", str(tmp_path),
+              *CLI_TINY])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--jobs" in err and "an integer in [1, 1024]" in err, err
+    with pytest.raises(ValueError, match=r"jobs \(--jobs\) must be an integer in \[1, 1024\]"):
+        run_many([TrainConfig(**TINY)], tmp_path, arrays=tiny_arrays(), jobs=jobs)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("runs, jobs, cpus, device, workers", [
+    (14, 14, 2, "cpu", 2),  # the CPUs: each worker on the CPU has a thread of its own
+    (2, 8, 16, "cpu", 2),  # the runs: no worker without a run
+    (3, 1024, 2, "cuda", 3),  # on a GPU a worker mostly waits for its kernels: the CPUs do not cap it
+])
+def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, jobs, cpus, device, workers,
+                                                                         tmp_path, monkeypatch, capsys):
+    pools = []
+    monkeypatch.setattr(hardware, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(sweep, "_run_processes", lambda configs, dirs, arrays, jobs, *rest: pools.append(jobs) or [])
+    monkeypatch.setattr(hardware, "resolve_device", lambda name: torch.device(device))
+    configs = [TrainConfig(**TINY, seed=s) for s in range(runs)]
+    run_many(configs, tmp_path, arrays=tiny_arrays(), jobs=jobs, progress=False)
+    assert pools == [workers]
+    assert hardware.workers(jobs, runs, torch.device(device)) == workers
+    capped = f"--jobs {jobs}: {workers} runs at a time, as many as the CPUs"
+    assert (capped in capsys.readouterr().err) == (workers < min(jobs, runs))
+
+
+def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tmp_path, monkeypatch):
+    """Issue 41 item 15: a 1-run sweep with ``--jobs 2`` was checked for two workers' threads and trained with
+    one's, so a ``--resume`` of it in a 2-run sweep with ``--jobs 2`` was refused ("threads=4 (now 2)")."""
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 5)  # threads: 4 for one worker, 2 each for two
+    default_threads = {**TINY, "threads": None}
+    assert main(["--schedule", "step", "--jobs", "2", "--data", npz, "--out", str(tmp_path),
+                 *config_to_argv(TrainConfig(**default_threads)), "--no-progress"]) == 0
+    (run,) = load_runs(tmp_path)
+    assert run["manifest"]["resolved"]["threads"] == 2
+    configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
+    _, checks, _ = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
+    assert [c.state for c in checks] == ["finished", "new"]

@@ -26,7 +26,7 @@ import sys
 
 from ..params import Int
 from .cluster import check_launcher, submit
-from .config import FOLDER, add_config_arguments, argument_type, configs_from_args
+from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
 from .lock import DiskFull, exit_code, handle_signals
 from .runfolder import MANIFEST, run_dir
 from .status import Status
@@ -35,41 +35,8 @@ from .sweep import run_many
 __all__ = ["main", "build_parser"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One line on stderr and exit code 2 (argparse would print the whole usage first)."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = sys.argv[1:] if args is None else list(args)
-        return super().parse_known_args(_join_negative_values(self, args), namespace)
-
-
-def _join_negative_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
-    """``--flag -1e-4`` → ``--flag=-1e-4`` for every flag that takes one value, when the next argument
-    parses as a number (argparse takes only ``-1`` and ``-.5`` for values, and ``-1e-4`` for an option)."""
-    takes_one = {s for a in parser._actions if a.nargs is None and a.option_strings for s in a.option_strings}
-    joined, i = [], 0
-    while i < len(args):
-        if args[i] in takes_one and i + 1 < len(args) and _negative_number(args[i + 1]):
-            joined.append(f"{args[i]}={args[i + 1]}")
-            i += 2
-        else:
-            joined.append(args[i])
-            i += 1
-    return joined
-
-
-def _negative_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.startswith("-")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = CommandLineParser(
         prog="python -m explr.cifar10",
         description="Train PreResNet on CIFAR-10 with the schedules of Li & Arora (ICLR 2020): step decay + WD, "
                     "its exact exponential equivalent TEXP (no WD), TEXP--, cosine + WD and TEXP of the cosine. "
@@ -84,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true",
                    help="continue interrupted runs from their checkpoints, skip finished ones, start missing ones "
                         "(without it an existing run folder is an error)")
-    g.add_argument("--jobs", type=_positive, default=1,
-                   help="runs trained at the same time as separate processes (worker i uses GPU i mod G)")
+    g.add_argument("--jobs", type=argument_type("jobs", JOBS), default=1,
+                   help="runs trained at the same time as separate processes (worker i uses GPU i mod G); no more "
+                        "than the runs, nor on the CPU than the CPUs this process may use")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="tqdm progress bar with live loss/accuracy")
     g = p.add_argument_group("cluster (--launcher submitit)")

@@ -6,6 +6,11 @@ declaration come the command-line parser (:func:`add_config_arguments`: ``--`` +
 with ``-``), the validation (:meth:`TrainConfig.validate`), the settings a resumed run must agree
 on (:data:`TRAJECTORY_KEYS`, and :data:`RESOLVED_KEYS` compared by their resolved value), the flags of a
 config (:func:`config_to_argv`) and the benchmark's options.  Adding an option means adding one field here.
+:class:`CommandLineParser` is the parser of every command line that takes them (the CLI, the experiment scripts).
+
+Beyond each field's own range, :meth:`TrainConfig.validate` refuses a weight decay at which the run cannot train:
+lr·wd at or beyond :func:`lr_wd_limit`, where SGD with momentum blows the weights up from the first step, and for an
+exponential schedule an lr·wd at which its growth rate α does not exist (:func:`explr.schedules.alpha`).
 
 The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.schedule`.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -22,7 +28,7 @@ import torch
 
 from ..lr_scheduler import max_rescale_above
 from ..params import Choice, Flag, Float, Int, Numbers, Text
-from ..schedules import check_milestones
+from ..schedules import alpha, check_milestones
 from ..schedules import CORRECTIONS
 
 __all__ = [
@@ -40,14 +46,18 @@ __all__ = [
     "MAX_DEVICE_INDEX",
     "BN_EPS_MAX",
     "FOLDER",
+    "MAX_JOBS",
+    "JOBS",
     "TRAJECTORY_KEYS",
     "RESOLVED_KEYS",
     "TrainConfig",
+    "CommandLineParser",
     "add_config_arguments",
     "argument_type",
     "configs_from_args",
     "config_to_argv",
     "default_decay_epochs",
+    "lr_wd_limit",
     "milestones_at",
 ]
 
@@ -83,6 +93,11 @@ MAX_DEVICE_INDEX = 127
 BN_EPS_MAX = 0.1
 #: the rule of a folder setting (``--data-root``, the CLI's ``--out``).
 FOLDER = Text("a folder")
+#: the most runs one sweep trains at once on one machine (``--jobs``): each is a process with at least one thread, so
+#: as many as :data:`MAX_THREADS`.  The pool is smaller still: :func:`explr.cifar10.hardware.workers`.
+MAX_JOBS = MAX_THREADS
+#: the rule of ``--jobs`` (the CLI's and the experiment scripts').
+JOBS = Int(1, maximum=MAX_JOBS)
 #: where step decay multiplies the lr by default: at 50 % and 75 % of training (He et al. 2016's CIFAR recipe).
 DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 
@@ -105,6 +120,27 @@ class Device:
 
     def parse(self, text: str):
         return text
+
+
+def lr_wd_limit(momentum: float) -> float:
+    """2(1 + γ): the product λη of weight decay and learning rate from which on SGD with momentum γ cannot keep the
+    weights bounded: beyond it the weight norm grows geometrically from the first step.
+
+    torch's SGD with weight decay is v ← γv + ∇L(θ) + λθ, θ ← θ − ηv, that is
+
+        θ_{t+1} = (1 + γ − λη) θ_t − γ θ_{t−1} − η ∇L(θ_t).
+
+    Its weight-decay part is heavy-ball on the quadratic λ‖θ‖²/2, the recursion x_{t+1} = (1 + γ − λη) x_t − γ x_{t−1},
+    whose characteristic polynomial x² − (1 + γ − λη) x + γ is the one of :func:`explr.schedules.alpha` (Li & Arora
+    2020, Thm 2.5).  Both roots lie inside the unit circle iff 0 < λη < 2(1 + γ) (Jury's criterion: the polynomial's
+    value at x = −1, 2(1 + γ) − λη, must be positive; the stability region of Polyak's heavy-ball method, Polyak 1964).
+    Beyond it a real root below −1 makes the norm grow geometrically with alternating sign.  The gradient of a
+    scale-invariant loss is orthogonal to θ and shrinks as 1/‖θ‖ (Lemma 1.3), so it does not stop the growth: for
+    γ = 0 exactly, ‖θ_{t+1}‖² = (1 − λη)²‖θ_t‖² + η²‖∇L(θ_t)‖² ≥ (1 − λη)²‖θ_t‖² (as in
+    :func:`explr.invariance.equilibrium_step_angle`), so from λη = 2 on the norm never shrinks; for γ > 0 the
+    growth at the linear recursion's rate is what torch's SGD shows.  The schedules of :data:`EXPONENTIAL` train
+    without weight decay; they need the stricter λη ≤ (1 − √γ)², for their growth rate α to exist."""
+    return 2.0 * (1.0 + momentum)
 
 
 def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
@@ -211,7 +247,24 @@ class TrainConfig:
             raise ValueError(
                 f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
                 "network and rescaled during training; it needs invariant=True (drop --no-invariant)")
+        self._check_lr_wd()
         return self
+
+    def _check_lr_wd(self) -> None:
+        """The first lr is the largest the schedules play (step decay and the cosine only lower it): at it, the growth
+        rate α of an exponential schedule must exist (:func:`explr.schedules.alpha`), and SGD with weight decay must
+        not blow the weights up (:func:`lr_wd_limit`)."""
+        if self.schedule in EXPONENTIAL:
+            try:
+                alpha(self.lr, self.wd, self.momentum)
+            except ValueError as err:
+                raise ValueError(f"wd (--wd) {self.wd!r}: schedule {self.schedule} has no exponential equivalent at "
+                                 f"lr (--lr) {self.lr!r}: {err}") from None
+        elif self.lr * self.wd >= lr_wd_limit(self.momentum):
+            raise ValueError(
+                f"wd (--wd) {self.wd!r} with lr (--lr) {self.lr!r}: lr*wd = {self.lr * self.wd:.6g} must be below "
+                f"2(1 + momentum) = {lr_wd_limit(self.momentum):.6g}, where SGD with momentum {self.momentum!r} "
+                "starts to blow the weights up geometrically from the first step (the run must diverge)")
 
     def milestones(self) -> list[int]:
         return list(self.decay_epochs) if self.decay_epochs is not None else default_decay_epochs(self.epochs)
@@ -240,6 +293,42 @@ def default_decay_epochs(epochs: int) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- the command line, from the fields
+class CommandLineParser(argparse.ArgumentParser):
+    """The parser of the engine's command lines (the CLI, the experiment scripts): an error is one line on stderr and
+    exit code 2 (argparse would print the whole usage first), and a value that looks like a negative number is the
+    value of its flag: ``--wd -1e-4`` reads as ``--wd=-1e-4`` (argparse alone reads only ``-1`` and ``-.5`` so)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(_join_negative_values(self, args), namespace)
+
+
+def _join_negative_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """``--flag -1e-4`` → ``--flag=-1e-4`` for every flag that takes one value, when the next argument
+    parses as a number (argparse takes only ``-1`` and ``-.5`` for values, and ``-1e-4`` for an option)."""
+    takes_one = {s for a in parser._actions if a.nargs is None and a.option_strings for s in a.option_strings}
+    joined, i = [], 0
+    while i < len(args):
+        if args[i] in takes_one and i + 1 < len(args) and _negative_number(args[i + 1]):
+            joined.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+        else:
+            joined.append(args[i])
+            i += 1
+    return joined
+
+
+def _negative_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.startswith("-")
+
+
 def argument_type(name: str, rule):
     """An argparse ``type`` that parses ``text`` by ``rule`` and refuses, in one line, a value it does not pass."""
 

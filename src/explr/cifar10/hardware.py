@@ -13,6 +13,8 @@ The default therefore leaves one CPU free, ``max(1, available − 1)`` threads, 
 the CPU only launches kernels, 1 thread per run; ``--threads`` overrides.  README states the measured
 speeds with and without a busy loop beside the engine.
 
+A sweep's pool (:func:`workers`) has no more worker processes than runs, and on the CPU no more than the CPUs.
+
 Memory (:func:`available_memory`) is limited the same two ways: the host's ``MemAvailable`` and a
 cgroup's limit (``memory.max`` of v2, ``memory.limit_in_bytes`` of v1) minus what the cgroup uses.
 """
@@ -37,6 +39,7 @@ __all__ = [
     "resolved_settings",
     "device_name",
     "worker_gpus",
+    "workers",
 ]
 
 
@@ -97,6 +100,16 @@ def default_threads(device: torch.device, jobs: int = 1) -> int:
     if device.type != "cpu":
         return 1
     return max(1, (available_cpus() - 1) // max(1, jobs))
+
+
+def workers(jobs: int, runs: int, device: torch.device) -> int:
+    """The worker processes of a sweep of ``runs`` runs, ``jobs`` at a time: never more than the runs, and on the CPU
+    never more than :func:`available_cpus` (each worker trains with at least one thread of its own, and threads
+    beyond the CPUs only wait for one another: module docstring).  On a GPU, where a worker's CPU mostly waits for its
+    kernels, ``jobs`` is not capped by the CPUs.  The threads of each run come from ``jobs``
+    (:func:`default_threads`), not from this number, so that they do not depend on how many runs a sweep holds."""
+    n = min(jobs, runs)
+    return min(n, available_cpus()) if device.type == "cpu" else n
 
 
 def resolve_device(name: str) -> torch.device:

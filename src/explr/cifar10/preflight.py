@@ -4,8 +4,9 @@
 settings, the device, the output folder, the data (loaded once: readable, trainable, enough images for
 the batch), every run's schedule (built for the real number of steps; an exponential one must start
 below ``rescale_above``) and every run folder (:func:`explr.cifar10.runfolder.check_run`: lock, existing run,
-corrupt files, resume compatibility; a file where a run's folder would go).  Any failure is one
-``ValueError`` line.  A run folder that another process takes after these checks is reported as
+corrupt files, resume compatibility; a file where a run's folder would go).  What needs no data is checked before
+the data is loaded (:func:`check_before_data`: the settings, the device, the folders and the manifests), so that a
+bad flag or run folder never waits for a download or a decode.  Any failure is one ``ValueError`` line.  A run folder that another process takes after these checks is reported as
 "locked" (exit code 4), the other runs go on.
 """
 from __future__ import annotations
@@ -14,14 +15,14 @@ import torch
 
 from ..lr_scheduler import PerStepLR
 from .arrays import CifarArrays
-from .config import TrainConfig
+from .config import JOBS, TrainConfig
 from .hardware import resolved_settings
 from .lock import RunLocked
-from .runfolder import check_run, check_writable, run_dir
+from .runfolder import check_folder, check_run, check_writable, run_dir
 from .schedule import played_schedule, rescale_limit
 from .sources import load_cifar10
 
-__all__ = ["prepare"]
+__all__ = ["check_before_data", "prepare"]
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
@@ -48,6 +49,34 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
         raise ValueError(f"{where} cannot be played: {err}") from None
 
 
+def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
+                      skip_locked: bool = False) -> list[dict]:
+    """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
+    (:data:`~explr.cifar10.config.JOBS`), every config's settings, one folder per run, the device, that folders can
+    be created in ``out``, and every run folder that exists (:func:`~explr.cifar10.runfolder.check_folder`: a file
+    where a folder goes, its lock, a run there without ``resume``, its manifest; with ``skip_locked`` a folder that
+    a live process holds is left to :func:`prepare`).  Returns each config's resolved settings
+    (:func:`~explr.cifar10.hardware.resolved_settings` for ``jobs`` at a time).  Creates nothing."""
+    if not configs:
+        raise ValueError("no runs: give at least one --schedule and --seed")
+    if not JOBS.ok(jobs):
+        raise ValueError(f"jobs (--jobs) must be {JOBS.rule()}; got {jobs!r}")
+    for c in configs:
+        c.validate()
+    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    if len(set(dirs)) != len(dirs):
+        raise ValueError("two runs would share a folder: give each (schedule, seed) once")
+    resolved = [resolved_settings(c, jobs) for c in configs]  # --device cuda without CUDA fails here
+    check_writable(out)
+    for d in dirs:
+        try:
+            check_folder(d, resume)
+        except RunLocked:
+            if not skip_locked:
+                raise
+    return resolved
+
+
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True):
     """Check every run of the sweep (module docstring); returns ``(arrays, checks, notes)``.  Creates nothing.
@@ -58,18 +87,10 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
     "finished"); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
     there instead of raising it.  ``notes`` are lines worth showing (stale locks).
     """
-    if not configs:
-        raise ValueError("no runs: give at least one --schedule and --seed")
-    for c in configs:
-        c.validate()
-    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
-    if len(set(dirs)) != len(dirs):
-        raise ValueError("two runs would share a folder: give each (schedule, seed) once")
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
-    resolved = [resolved_settings(c, jobs) for c in configs]  # --device cuda without CUDA fails here
-    check_writable(out)
+    resolved = check_before_data(configs, out, resume=resume, jobs=jobs, skip_locked=skip_locked)
     if arrays is None:
         data, root = sources.pop()
         arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
@@ -77,7 +98,7 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
     for c in configs:
         _check_schedule(c, arrays)
     checks = []
-    for c, d, r in zip(configs, dirs, resolved):
+    for c, d, r in zip(configs, [run_dir(out, c.schedule, c.seed) for c in configs], resolved):
         try:
             checks.append(check_run(c, d, arrays, resume, r))
         except RunLocked as err:

@@ -19,7 +19,7 @@ Checks.  :func:`check_run` inspects a run folder without writing anything and ra
 symbolic link (its files, and the temporary files removed at the start, would be those of the folder it points
 to); a ``.lock`` that is a link or not a file; a folder held by a live process (:class:`RunLocked`); a run that
 exists without ``resume``; a manifest that is not a readable JSON object, or whose fields that the engine reads
-(:data:`MANIFEST_FIELDS`) are not of the types it writes; a checkpoint that is unreadable, not this engine's,
+(:data:`MANIFEST_FIELDS`) are not of the types it writes, or whose status is none it writes; a checkpoint that is unreadable, not this engine's,
 or not the file the manifest recorded (sha256: torch's zip reader does not notice a flipped byte of tensor
 data); a resume with other trajectory-defining settings (a setting the saved config lacks counts as its default), other *resolved*
 device type, precision or CPU threads, or other data (sha256, also for finished runs); a checkpoint whose
@@ -52,7 +52,7 @@ from .arrays import CifarArrays
 from .config import TRAJECTORY_KEYS, TrainConfig
 from .engine import check_checkpoint, check_metrics_file, check_progress
 from .lock import LOCK, DiskFull, RunError, RunLocked, _disk_full, _locked_message, lock_holder, lock_is_a_link
-from .status import Status
+from .status import RECORDED, Status
 
 __all__ = [
     "FORMAT",
@@ -60,6 +60,7 @@ __all__ = [
     "METRICS",
     "MANIFEST",
     "RunCheck",
+    "check_folder",
     "check_run",
     "check_writable",
     "config_record",
@@ -80,7 +81,8 @@ CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "confi
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 #: larger than any manifest this engine writes (a few KiB) and than the metrics of 100000 epochs (~60 MiB).
 MAX_MANIFEST_BYTES, MAX_METRICS_BYTES = 1 << 24, 1 << 28
-#: the manifest's fields that the engine reads: the JSON types it writes them with, and their description.
+#: the manifest's fields that the engine reads: the JSON types it writes them with, and their description (a status
+#: must moreover be one it writes, :data:`~explr.cifar10.status.RECORDED`).
 MANIFEST_FIELDS = {
     "status": ((str,), "a string"), "message": ((str,), "a string"), "config": ((dict,), "an object"),
     "resolved": ((dict,), "an object"), "devices": ((list,), "a list of strings"),
@@ -124,6 +126,8 @@ def _manifest_field_error(manifest: dict) -> str | None:
         wrong = [_JSON_TYPES[type(d)] for d in value if type(d) is not str] if key == "devices" else []
         if wrong:
             return f"{key} holds {wrong[0]}, expected {expected}"
+        if key == "status" and value not in RECORDED:
+            return f"status is {value!r}, not one of {', '.join(RECORDED)}"
     return None
 
 
@@ -335,11 +339,11 @@ def _nearest_folder(path: Path, what: str) -> Path:
     return p
 
 
-def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
-              holding_lock: bool = False) -> RunCheck:
-    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
-
-    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
+def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str, dict] | None:
+    """The checks of :func:`check_run` that need neither the data nor the checkpoint (made before the data is
+    loaded): the path to ``folder``, the folder itself and its lock, an existing run without ``resume``, its manifest.
+    Returns ``None`` where no folder exists yet, else ``(note, manifest)``: a stale lock's note and the manifest
+    (``{}`` if none); raises :class:`RunError` (module docstring); writes nothing."""
     folder = Path(folder)
     _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():
@@ -347,7 +351,7 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
                        "and remove temporary files, in the folder it points to): remove the link or choose another "
                        "--out")
     if not folder.is_dir():
-        return RunCheck("new")
+        return None
     if (folder / LOCK).is_symlink():
         raise lock_is_a_link(folder / LOCK)
     if (folder / LOCK).exists() and not (folder / LOCK).is_file():
@@ -357,11 +361,23 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
         raise RunLocked(_locked_message(folder, pid))
     note = (f"{folder}: stale lock: {folder / LOCK} names process {pid}, which does not hold it (its run was "
             "killed?); its last checkpoint is kept") if pid and not held else ""
-    ckpt, manifest, metrics = folder / CHECKPOINT, folder / MANIFEST, folder / METRICS
-    if not resume and (ckpt.exists() or metrics.exists()):
+    if not resume and ((folder / CHECKPOINT).exists() or (folder / METRICS).exists()):
         raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
                        + (f" ({note})" if note else ""))
-    saved_manifest = read_manifest(manifest) if manifest.exists() else {}
+    return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
+
+
+def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
+              holding_lock: bool = False) -> RunCheck:
+    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
+
+    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
+    folder = Path(folder)
+    place = check_folder(folder, resume, holding_lock)
+    if place is None:
+        return RunCheck("new")
+    note, saved_manifest = place
+    ckpt, metrics = folder / CHECKPOINT, folder / METRICS
     if not ckpt.exists():
         return RunCheck("new", note=note)
     saved = load_checkpoint(folder, saved_manifest)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Status"]
+__all__ = ["Status", "RECORDED"]
 
 
 class Status(str, enum.Enum):
@@ -37,3 +37,7 @@ class Status(str, enum.Enum):
 
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
+
+
+#: the statuses a run's manifest records (the others are what a sweep reports of a run it could not train).
+RECORDED = (Status.RUNNING, Status.FINISHED, Status.INTERRUPTED, Status.DIVERGED)

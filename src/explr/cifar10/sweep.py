@@ -3,7 +3,7 @@
 :func:`~explr.cifar10.preflight.prepare` checks every run of a sweep before the first one starts.
 
 :func:`run_many` then trains the runs one after the other (``jobs=1``) or ``jobs`` at a time as
-separate processes.  Workers get the data the parent loaded through shared memory (when ``/dev/shm``
+separate processes (at most one per run, and on the CPU one per CPU: :func:`~explr.cifar10.hardware.workers`).  Workers get the data the parent loaded through shared memory (when ``/dev/shm``
 has room), worker i gets GPU i mod G (``CUDA_VISIBLE_DEVICES``), and a worker dies with its parent
 (``PR_SET_PDEATHSIG``); SIGINT/SIGTERM of the parent stop the workers, whose runs record "interrupted".
 
@@ -25,7 +25,7 @@ import torch
 
 from .arrays import CifarArrays
 from .config import TrainConfig
-from .hardware import resolved_settings, worker_gpus
+from .hardware import resolved_settings, worker_gpus, workers
 from .lock import DiskFull, exit_code, handle_signals
 from .preflight import prepare
 from .runfolder import run_dir
@@ -39,7 +39,7 @@ __all__ = ["run_many", "run_plan", "share_arrays", "attach_arrays"]
 def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` trains that many at once.
+    """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` trains up to that many at once.
 
     Everything is checked first (:func:`~explr.cifar10.preflight.prepare`).  A diverged run is reported and the
     others go on, and so is a run whose folder another process took after the check (status "locked");
@@ -81,11 +81,21 @@ def _prepare(configs, out, arrays, resume, jobs, progress) -> CifarArrays:
 
 
 def _train_all(configs, dirs, arrays, jobs, resume, progress, deadline, log_file) -> list[RunResult]:
-    """Train the checked runs: here, one after the other, or in a pool of worker processes."""
-    if (jobs <= 1 or len(configs) == 1) and deadline is None and log_file is None:
-        return [_run_here(c, d, arrays, resume, progress) for c, d in zip(configs, dirs)]
+    """Train the checked runs: here, one after the other, or in a pool of worker processes
+    (:func:`~explr.cifar10.hardware.workers`: no more than the runs, nor on the CPU than the CPUs).  Every run's
+    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.preflight.prepare` checked them, however
+    many runs the sweep holds: a run trained alone resumes in a larger sweep with the same ``jobs``."""
+    if not configs:
+        return []
     configs = [dataclasses.replace(c, threads=resolved_settings(c, jobs)["threads"]) for c in configs]
-    return _run_processes(configs, dirs, arrays, max(jobs, 1), resume, progress, deadline, log_file)
+    devices = [torch.device(resolved_settings(c)["device"]) for c in configs]
+    pool = workers(jobs, len(configs), next((d for d in devices if d.type == "cpu"), devices[0]))
+    if pool < min(jobs, len(configs)):
+        print(f"--jobs {jobs}: {pool} runs at a time, as many as the CPUs this process may use (each run on the CPU "
+              "needs one)", file=sys.stderr)
+    if pool == 1 and deadline is None and log_file is None:
+        return [_run_here(c, d, arrays, resume, progress) for c, d in zip(configs, dirs)]
+    return _run_processes(configs, dirs, arrays, pool, resume, progress, deadline, log_file)
 
 
 def _run_here(config, folder, arrays, resume, progress) -> RunResult:
