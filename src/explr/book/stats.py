@@ -5,9 +5,14 @@ registered analysis plan, with the power analysis that sizes it and the cost of 
 chapter 5), :func:`returning_level`, :func:`longest_stretch_at_or_below`, :func:`first_time_above` (chapter 4).
 
 **Verdicts.** A plan (``analysis_plan.json`` = v1, :data:`PLAN_PATH`; ``analysis_plan_v2.json`` = v2,
-:data:`PLAN_V2_PATH`; read by :func:`load_plan`) fixes before its data the claims and their hypotheses, the level
-α, the margin δ, the minimum seeds per arm, the test and the multiplicity control.  :func:`judge` applies it.
-For a claim "a vs b" with final accuracies a₁..a_m and b₁..b_n (Welch 1947; Schuirmann 1987 for TOST):
+:data:`PLAN_V2_PATH`; ``analysis_plan_v3.json`` = v3, :data:`PLAN_V3_PATH`; read by :func:`load_plan`) fixes before
+its data the claims and their hypotheses, the level α, the margin δ, the test and the multiplicity control.
+
+*v3* (:func:`decide`): each claim is decided by its own paired test, Holm over a fixed family of the primary claims
+(the rule is :mod:`explr.book.verdicts`, registered with the plan).
+
+*v1, v2* (superseded, they judge no run; :func:`judge`): for a claim "a vs b" with final accuracies a₁..a_m and
+b₁..b_n (Welch 1947; Schuirmann 1987 for TOST):
 
 * Δ = ā − b̄ and its 95 % Welch interval Δ ± t_{0.975,ν} s, with s² = s_a²/m + s_b²/n and the
   Welch–Satterthwaite degrees of freedom ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1));
@@ -15,22 +20,24 @@ For a claim "a vs b" with final accuracies a₁..a_m and b₁..b_n (Welch 1947; 
 * TOST, the equivalence test against ±δ: p = max(P(T ≥ (Δ+δ)/s), P(T ≤ (Δ−δ)/s)) with T ~ t_ν,
   which is below α exactly when the 90 % interval lies inside (−δ, δ).
 
-Every claim gets both tests, so a claim of equivalence and one of difference are confirmed and refuted by the
-same rule.  Holm's (1979) step-down procedure adjusts the p-values of the plan's family (v1: every claim; v2: the
-primary claims) among the claims that reach the minimum seeds.  An exploratory claim (v2) is judged on its
-unadjusted p-values and says so.  Below the minimum a claim is "not tested" and only its interval is shown.  Each
-verdict is a sentence built from these numbers (:attr:`Verdict.sentence`).
+Every claim gets both tests, equivalence checked first; Holm's (1979) step-down adjusts the p-values of the family
+(v1: every claim; v2: the primary claims) among the claims that reach the minimum seeds.  An exploratory claim
+(v2) is judged on its unadjusted p-values.  Below the minimum a claim is "not tested".  Each verdict is a sentence
+built from these numbers (:attr:`Verdict.sentence`, :attr:`Decision.sentence`).
 
-**Power.** :func:`power` simulates the whole family under the plan's rule (numpy draws, the same tests and Holm
-as :func:`judge`): the probability that each primary claim's verdict supports its hypothesis, with n seeds per
-arm, arm means and one sd per run; :func:`power_table` and :func:`seeds_needed` choose n; :func:`pooled_sd` gives
-the pilot's spread and its upper confidence limit.
+**Power.** :func:`power` simulates the whole family under the plan's rule (numpy draws, the same tests and Holm):
+the probability that each primary claim is supported (v3: and all of them at once, with same-seed correlation),
+with n seeds per arm, arm means and one sd per run; :func:`power_table` and :func:`seeds_needed` choose n;
+:func:`pooled_sd` gives the pilot's spread and its upper confidence limit.
 
 **Registration.** A registered plan is never edited: ``registrations.json`` (:data:`REGISTRATIONS_PATH`, written
 in the commit after the plan's own) holds each registered plan's sha256, its commit and the committer time (v1,
-superseded without a valid registration: its sha256 and no commit), and :func:`load_plan` refuses a plan whose
-bytes differ.  :func:`split_runs` sorts runs into those the plan judges
-(started after that time, to the second, and trained as the plan says) and the rest; :func:`count_by_arm`.
+superseded without a valid registration: its sha256 and no commit; v2: superseded by v3; v3: also the sha256 of
+:data:`DECISION_CODE_PATH`), and :func:`load_plan` refuses a plan or decision code whose bytes differ, and a
+record that git contradicts where a repository holds the plan.  Every malformed file is one :class:`PlanError`
+(a ``ValueError``) naming it.  :func:`split_runs` sorts runs into those the plan judges (started after the
+registration second, and trained as the plan says) and the rest; :func:`count_by_arm`, :func:`complete_seeds`
+(the grid's ``--resume``), :func:`open_runs` (whether the grid is closed).
 
 **Cost.** :func:`throughput` of committed runs from their manifests, :func:`grid_cost` of a plan's grid.
 """
@@ -324,7 +331,11 @@ def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Re
     code_sha256 = None
     if code is not None:
         code_sha256 = _field(code, "sha256", "text", registry, f"{what}'s decision_code")
-        running = hashlib.sha256(DECISION_CODE_PATH.read_bytes()).hexdigest()
+        try:
+            running = hashlib.sha256(DECISION_CODE_PATH.read_bytes()).hexdigest()
+        except OSError as err:
+            raise PlanError(f"{DECISION_CODE_PATH}: cannot read the decision code registered with {path.name}: "
+                            f"{err.strerror or err}") from None
         if _field(code, "file", "text", registry, f"{what}'s decision_code") != DECISION_CODE_PATH.name \
                 or running != code_sha256:
             raise PlanError(f"{DECISION_CODE_PATH}: sha256 {running[:16]}... is not the decision code "
