@@ -171,6 +171,7 @@ class Registration:
     commit: str
     committed: _dt.datetime
     decision_code: str | None = None
+    checked: str = field(default="", compare=False)  # what load_plan checked the record against (git, or not)
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,8 @@ def _check_against_git(path: Path, record: dict, code_sha256: str | None, regist
     if problems:
         raise PlanError(f"{registry}: git contradicts {path.name}'s registration (commit {commit[:10]}): "
                         + "; ".join(problems))
-    return "git: the commit adds the plan alone, at the recorded time, with the recorded bytes"
+    return ("git: the commit adds the plan alone, at the recorded time, with the recorded bytes"
+            + (", and holds the recorded decision code" if code_sha256 is not None and code.is_relative_to(root) else ""))
 
 
 def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Registration | None:
@@ -341,11 +343,10 @@ def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Re
             raise PlanError(f"{DECISION_CODE_PATH}: sha256 {running[:16]}... is not the decision code "
                             f"{code_sha256[:16]}... registered with {path.name}; a registered rule is never edited: "
                             "write a new plan version")
-    if check_git:
-        _check_against_git(path, record, code_sha256, registry)
+    checked = _check_against_git(path, record, code_sha256, registry) if check_git else "git not asked"
     if _field(record, "superseded_by", "text", registry, what, default=None) is not None:
         return None  # registered, then replaced before any run it judges: kept byte for byte, judges nothing
-    return Registration(recorded, commit, committed, code_sha256)
+    return Registration(recorded, commit, committed, code_sha256, checked)
 
 
 def _claims(raw, path: Path, arms, version: int) -> tuple:
