@@ -594,10 +594,15 @@ def test_the_registration_is_checked_against_git_where_a_repository_holds_the_pl
     _register(registry, record)
     with pytest.raises(PlanError, match="not \\['plan.json'\\] alone"):
         load_plan(plan, registry)
+    untracked = plan.parent / "untracked.json"  # in a repository, but not its file (an installed copy, say)
+    untracked.write_bytes(raw)
+    registry.write_text(json.dumps({"plans": {"untracked.json": {**record, "commit": "2" * 40}}}))
+    assert load_plan(untracked, registry).registration.checked.startswith("the plan is not tracked")
     outside = tmp_path / "copy.json"
     outside.write_bytes(raw)
     registry.write_text(json.dumps({"plans": {"copy.json": {**record, "commit": "1" * 40}}}))
-    assert load_plan(outside, registry).registration.commit == "1" * 40  # no repository: the record is trusted
+    trusted = load_plan(outside, registry).registration
+    assert trusted.commit == "1" * 40 and trusted.checked.startswith("no git repository")  # the record is trusted
 
 
 def _malformed(tmp_path, content, name="p.json"):
@@ -632,6 +637,9 @@ V3 = json.loads(PLAN_V3_PATH.read_text())
     ({**V3, "version": 4}, "'version' must be 1, 2 or 3"),
     ({**V3, "test": "welch"}, "implements test 'paired'"),
     ({k: v for k, v in V3.items() if k != "missing_runs"}, "has no 'missing_runs'"),
+    ({**V3, "power": {**V3["power"], "sd": "0.4"}}, "the plan's power's 'sd' must be a number"),
+    ({**V3, "power": {**V3["power"], "means": {"step": None}}}, "'means' must be an object of numbers"),
+    ({**V3, "power": {k: v for k, v in V3["power"].items() if k != "table"}}, "the plan's power has no 'table'"),
 ])
 def test_a_malformed_plan_is_one_plan_error_naming_the_file(tmp_path, content, match):
     path = _malformed(tmp_path, content)
@@ -655,6 +663,8 @@ def test_a_missing_or_unreadable_plan_is_one_plan_error_naming_the_file(tmp_path
     ({"plans": {PLAN_V3_PATH.name: {"commit": None}}}, "has no 'sha256'"),
     ({"plans": {PLAN_V3_PATH.name: {"sha256": 5, "commit": None}}}, "'sha256' must be a string"),
     ({"plans": {PLAN_V3_PATH.name: {"sha256": "x", "commit": 12}}}, "'commit' must be null or a 40-digit"),
+    ({"plans": {PLAN_V3_PATH.name: {**json.loads(REGISTRATIONS_PATH.read_text())["plans"][PLAN_V3_PATH.name],
+                                    "committed": "2026-12-02 06:12"}}}, "'committed' must be an ISO time with"),
 ])
 def test_a_malformed_registration_is_one_plan_error_naming_the_file(tmp_path, record, match):
     registry = _malformed(tmp_path, record, "registrations.json")

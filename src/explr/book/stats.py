@@ -240,9 +240,20 @@ _KINDS = {  # name → (test, what the error says a value must be)
     "level": (lambda v: is_real(v) and 0 < v < 1, "a number in (0, 1)"),
     "count": (lambda v: is_int(v) and v >= 2, "an integer >= 2"),
     "version": (lambda v: v in (1, 2, 3) and is_int(v), "1, 2 or 3"),
-    "time": (lambda v: isinstance(v, str), "an ISO time"),
+    "time": (lambda v: _is_time(v), "an ISO time with its UTC offset"),
+    "share": (lambda v: is_real(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "index": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+    "numbers": (lambda v: isinstance(v, dict) and all(is_real(x) for x in v.values()), "an object of numbers"),
     "commit": (lambda v: v is None or (isinstance(v, str) and len(v) == 40), "null or a 40-digit commit hash"),
 }
+
+
+def _is_time(text) -> bool:
+    try:
+        _utc(text, "")
+    except ValueError:
+        return False
+    return True
 
 
 def _field(raw, key: str, kind: str, where, what: str = "the plan", default=_REQUIRED):
@@ -268,7 +279,7 @@ def _git(cwd: Path, *args) -> subprocess.CompletedProcess | None:
 
 
 def _check_against_git(path: Path, record: dict, code_sha256: str | None, registry: Path) -> str:
-    """Check a registration record against the git repository that holds ``path``, if any: the commit exists, adds
+    """Check a registration record against the git repository that tracks ``path``, if any: the commit exists, adds
     the plan file alone, at the recorded committer time, with the recorded sha256, and (v3) the decision code at
     that commit has the recorded sha256.  Returns what was checked ("git", or why not); :class:`PlanError` if git
     contradicts the record."""
@@ -280,6 +291,9 @@ def _check_against_git(path: Path, record: dict, code_sha256: str | None, regist
         rel = path.resolve().relative_to(root).as_posix()
     except ValueError:
         return "no git repository: the record and the sha256 of the files are trusted"
+    tracked = _git(root, "ls-files", "--error-unmatch", "--", rel)
+    if tracked is None or tracked.returncode != 0:  # e.g. an installed copy inside someone else's repository
+        return "the plan is not tracked by the repository around it: the record and the sha256 are trusted"
     commit = record["commit"]
     shown = _git(root, "show", "-s", "--format=%cI", f"{commit}^{{commit}}")
     if shown is None or shown.returncode != 0:
@@ -424,6 +438,10 @@ def load_plan(path=None, registrations=REGISTRATIONS_PATH, *, check_git: bool = 
                         registration=_registration(path, data, registrations, check_git))
     if version == 3:
         plan = replace(plan, missing_runs=_field(raw, "missing_runs", "text", path))
+        for key, kind in (("sd", "level"), ("confidence", "level"), ("target", "level"), ("rho", "share"),
+                          ("n", "count"), ("draws", "count"), ("seed", "index"), ("means", "numbers"),
+                          ("table", "list"), ("sensitivity", "list")):
+            _field(plan.power, key, kind, path, "the plan's power")
         if not plan.family:
             raise PlanError(f"{path}: a version-3 plan needs at least one primary claim")
     return plan
