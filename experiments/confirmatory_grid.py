@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan v2, in seed-complete rounds.
+"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan (v3), in seed-complete rounds.
 
     PYTHONPATH=src python experiments/confirmatory_grid.py --data cifar10-jpeg.tar.gz --data-root /tmp/explr-data
     PYTHONPATH=src python experiments/confirmatory_grid.py ... --resume        # continue an interrupted grid
     PYTHONPATH=src python experiments/confirmatory_grid.py --dry-run          # seconds, on the CPU
 
-The plan (:data:`explr.book.stats.PLAN_V2_PATH`) names the arms (schedule, momentum corrections), the seeds and
+The plan (:data:`explr.book.stats.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds and
 the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when all of them finished, so a grid stopped
 anywhere holds whole runs of complete seeds, plus at most one round of runs that ``--resume`` finishes.  A run
@@ -45,7 +45,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from explr.book.stats import PLAN_V2_PATH, AnalysisPlan, complete_seeds, count_by_arm, load_plan
+from explr.book.stats import PLAN_V3_PATH, AnalysisPlan, complete_seeds, count_by_arm, load_plan
 from explr.cifar10 import (RunError, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
                            train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
@@ -115,7 +115,8 @@ def _check(ok: bool, what: str) -> None:
 def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
     """The grid's logic on :data:`DRY_RUN` (module docstring), in ``out`` or a temporary folder.  Returns the runs
     per arm; raises ``RuntimeError`` naming the first rule that failed."""
-    tiny = replace(plan, seeds=plan.seeds[:2], config={**plan.config, **DRY_RUN})
+    tiny = replace(plan, seeds=plan.seeds[:2], config={**plan.config, **DRY_RUN},
+                   data={"n_train": DRY_IMAGES[0], "n_test": DRY_IMAGES[1]})  # complete_seeds checks the recipe
     arrays = make_synthetic(n_train=DRY_IMAGES[0], n_test=DRY_IMAGES[1], seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out or tmp)
@@ -158,8 +159,8 @@ def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) ->
 def build_parser() -> argparse.ArgumentParser:
     ap = CommandLineParser(prog="confirmatory_grid.py", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default=str(PLAN_V2_PATH), type=argument_type("plan", Text("a plan file")),
-                    help="the registered analysis plan (default: v2)")
+    ap.add_argument("--plan", default=str(PLAN_V3_PATH), type=argument_type("plan", Text("a plan file")),
+                    help="the registered analysis plan (default: v3)")
     ap.add_argument("--out", default="results/cifar10-confirmatory", type=argument_type("out", FOLDER),
                     help="folder of the grid's runs")
     add_config_arguments(ap, names=MACHINE)  # as python -m explr.cifar10 takes them

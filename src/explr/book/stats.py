@@ -5,9 +5,14 @@ registered analysis plan, with the power analysis that sizes it and the cost of 
 chapter 5), :func:`returning_level`, :func:`longest_stretch_at_or_below`, :func:`first_time_above` (chapter 4).
 
 **Verdicts.** A plan (``analysis_plan.json`` = v1, :data:`PLAN_PATH`; ``analysis_plan_v2.json`` = v2,
-:data:`PLAN_V2_PATH`; read by :func:`load_plan`) fixes before its data the claims and their hypotheses, the level
-α, the margin δ, the minimum seeds per arm, the test and the multiplicity control.  :func:`judge` applies it.
-For a claim "a vs b" with final accuracies a₁..a_m and b₁..b_n (Welch 1947; Schuirmann 1987 for TOST):
+:data:`PLAN_V2_PATH`; ``analysis_plan_v3.json`` = v3, :data:`PLAN_V3_PATH`; read by :func:`load_plan`) fixes before
+its data the claims and their hypotheses, the level α, the margin δ, the test and the multiplicity control.
+
+*v3* (:func:`decide`): each claim is decided by its own paired test, Holm over a fixed family of the primary claims
+(the rule is :mod:`explr.book.verdicts`, registered with the plan).
+
+*v1, v2* (superseded, they judge no run; :func:`judge`): for a claim "a vs b" with final accuracies a₁..a_m and
+b₁..b_n (Welch 1947; Schuirmann 1987 for TOST):
 
 * Δ = ā − b̄ and its 95 % Welch interval Δ ± t_{0.975,ν} s, with s² = s_a²/m + s_b²/n and the
   Welch–Satterthwaite degrees of freedom ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1));
@@ -15,40 +20,50 @@ For a claim "a vs b" with final accuracies a₁..a_m and b₁..b_n (Welch 1947; 
 * TOST, the equivalence test against ±δ: p = max(P(T ≥ (Δ+δ)/s), P(T ≤ (Δ−δ)/s)) with T ~ t_ν,
   which is below α exactly when the 90 % interval lies inside (−δ, δ).
 
-Every claim gets both tests, so a claim of equivalence and one of difference are confirmed and refuted by the
-same rule.  Holm's (1979) step-down procedure adjusts the p-values of the plan's family (v1: every claim; v2: the
-primary claims) among the claims that reach the minimum seeds.  An exploratory claim (v2) is judged on its
-unadjusted p-values and says so.  Below the minimum a claim is "not tested" and only its interval is shown.  Each
-verdict is a sentence built from these numbers (:attr:`Verdict.sentence`).
+Every claim gets both tests, equivalence checked first; Holm's (1979) step-down adjusts the p-values of the family
+(v1: every claim; v2: the primary claims) among the claims that reach the minimum seeds.  An exploratory claim
+(v2) is judged on its unadjusted p-values.  Below the minimum a claim is "not tested".  Each verdict is a sentence
+built from these numbers (:attr:`Verdict.sentence`, :attr:`Decision.sentence`).
 
-**Power.** :func:`power` simulates the whole family under the plan's rule (numpy draws, the same tests and Holm
-as :func:`judge`): the probability that each primary claim's verdict supports its hypothesis, with n seeds per
-arm, arm means and one sd per run; :func:`power_table` and :func:`seeds_needed` choose n; :func:`pooled_sd` gives
-the pilot's spread and its upper confidence limit.
+**Power.** :func:`power` simulates the whole family under the plan's rule (numpy draws, the same tests and Holm):
+the probability that each primary claim is supported (v3: and all of them at once, with same-seed correlation),
+with n seeds per arm, arm means and one sd per run; :func:`power_table` and :func:`seeds_needed` choose n;
+:func:`pooled_sd` gives the pilot's spread and its upper confidence limit.
 
 **Registration.** A registered plan is never edited: ``registrations.json`` (:data:`REGISTRATIONS_PATH`, written
 in the commit after the plan's own) holds each registered plan's sha256, its commit and the committer time (v1,
-superseded without a valid registration: its sha256 and no commit), and :func:`load_plan` refuses a plan whose
-bytes differ.  :func:`split_runs` sorts runs into those the plan judges
-(started after that time, to the second, and trained as the plan says) and the rest; :func:`count_by_arm`.
+superseded without a valid registration: its sha256 and no commit; v2: superseded by v3; v3: also the sha256 of
+:data:`DECISION_CODE_PATH`), and :func:`load_plan` refuses a plan or decision code whose bytes differ, and a
+record that git contradicts where a repository holds the plan.  Every malformed file is one :class:`PlanError`
+(a ``ValueError``) naming it.  :func:`split_runs` sorts runs into those the plan judges (started after the
+registration second, and trained as the plan says) and the rest; :func:`count_by_arm`, :func:`complete_seeds`
+(the grid's ``--resume``), :func:`open_runs` (whether the grid is closed).
 
 **Cost.** :func:`throughput` of committed runs from their manifests, :func:`grid_cost` of a plan's grid.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
 import math
+import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from explr.params import is_int, is_real
+
+from . import verdicts as _rule
+from .verdicts import holm
+
 __all__ = [
     "loglog_slope", "returning_level", "longest_stretch_at_or_below", "first_time_above",
     "PLAN_PATH", "PLAN_V2_PATH", "REGISTRATIONS_PATH", "TRAIN_IMAGES",
     "Claim", "Registration", "AnalysisPlan", "ScheduleSummary", "Welch", "Verdict", "PooledSD",
+    "PLAN_V3_PATH", "DECISION_CODE_PATH", "PlanError", "Decision", "decide", "open_runs",
     "load_plan", "arm_of", "summarise", "welch", "holm", "judge",
     "pooled_sd", "power", "power_table", "seeds_needed",
     "split_runs", "count_by_arm", "complete_seeds", "throughput", "grid_cost",
@@ -58,11 +73,14 @@ __all__ = [
 PLAN_PATH = Path(__file__).with_name("analysis_plan.json")
 #: chapter 6's second plan (v2), powered by the pilot and registered before its runs.
 PLAN_V2_PATH = Path(__file__).with_name("analysis_plan_v2.json")
-#: the registration record: plan file name → sha256, commit, committer time.
+#: chapter 6's third plan (v3): each claim its own test, a fixed family, joint power; registered before its runs.
+PLAN_V3_PATH = Path(__file__).with_name("analysis_plan_v3.json")
+#: the decision code registered with v3 (:mod:`explr.book.verdicts`): load_plan refuses the plan if it changed.
+DECISION_CODE_PATH = Path(_rule.__file__)
+#: the registration record: plan file name → sha256, commit, committer time (v3: and the decision code's sha256).
 REGISTRATIONS_PATH = Path(__file__).with_name("registrations.json")
 #: CIFAR-10's training images: an image-epoch is one of them seen once.
 TRAIN_IMAGES = 50_000
-HYPOTHESES = ("equivalent", "a better", "none")
 ROLES = ("primary", "exploratory")
 
 
@@ -126,6 +144,11 @@ def first_time_above(values, level) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the plan and its registration
+class PlanError(ValueError):
+    """A plan or registration file that cannot be used: malformed, edited after its registration, or contradicted by
+    git.  The message names the file."""
+
+
 @dataclass(frozen=True)
 class Claim:
     """One comparison of a plan: arm ``a`` against ``b``, the hypothesis, where it comes from, and its role."""
@@ -133,29 +156,33 @@ class Claim:
     id: str
     a: str
     b: str
-    hypothesis: str  # "equivalent", "a better" or "none" (reported both ways)
+    hypothesis: str  # "equivalent", "a better" or (v1, v2) "none": reported both ways
     source: str
     role: str = "primary"  # "primary": in the Holm family; "exploratory": judged alone, unadjusted, and said so
+    question: str = ""  # v3: the empirical question the claim answers, in its scope
 
 
 @dataclass(frozen=True)
 class Registration:
-    """A registered plan: its file's sha256, the commit that added it and that commit's committer time (UTC)."""
+    """A registered plan: its file's sha256, the commit that added it and that commit's committer time (UTC), and
+    (v3 on) the sha256 of the decision code (:mod:`explr.book.verdicts`) it was registered with."""
 
     sha256: str
     commit: str
     committed: _dt.datetime
+    decision_code: str | None = None
+    checked: str = field(default="", compare=False)  # what load_plan checked the record against (git, or not)
 
 
 @dataclass(frozen=True)
 class AnalysisPlan:
-    """The plan's numbers and claims (the JSON file holds the reasons for each); v2 adds the grid it judges."""
+    """The plan's numbers and claims (the JSON file holds the reasons for each); v2 on: the grid it judges."""
 
     path: Path
     registered: str
     alpha: float
     margin: float
-    min_seeds: int
+    min_seeds: int  # v1, v2: seeds per arm below which a claim is not tested; v3: verdicts.MIN_PAIRS
     claims: tuple
     version: int = 1
     arms: dict = field(default_factory=dict)  # arm → {"schedule": ..., "corrections": ...}
@@ -164,6 +191,7 @@ class AnalysisPlan:
     data: dict = field(default_factory=dict)  # what the manifests' "data" must say (n_train, n_test)
     power: dict | None = None  # the power analysis' inputs and result
     registration: Registration | None = None  # None: the plan judges no run
+    missing_runs: str = ""  # v3: the registered rule for runs that fail
 
     @property
     def family(self) -> tuple:
@@ -192,66 +220,231 @@ def _utc(text, what: str) -> _dt.datetime:
     return when.astimezone(_dt.timezone.utc)
 
 
-def _registration(path: Path, data: bytes, registrations) -> Registration | None:
-    """The registration of the plan file ``path`` (bytes ``data``) in ``registrations``: None if it has none, or
-    a record without a commit (a superseded plan, kept unchanged); ``ValueError`` if its sha256 is not the recorded
-    one."""
+def _read_json(path: Path, what: str):
+    """The bytes of ``path`` and their JSON; :class:`PlanError` naming the file if either cannot be had."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
+    try:
+        return data, json.loads(data)
+    except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep
+        raise PlanError(f"{path}: the {what} is not valid JSON: {str(err)[:120]}") from None
+
+
+_REQUIRED = object()
+_KINDS = {  # name → (test, what the error says a value must be)
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "level": (lambda v: is_real(v) and 0 < v < 1, "a number in (0, 1)"),
+    "count": (lambda v: is_int(v) and v >= 2, "an integer >= 2"),
+    "version": (lambda v: v in (1, 2, 3) and is_int(v), "1, 2 or 3"),
+    "time": (lambda v: _is_time(v), "an ISO time with its UTC offset"),
+    "share": (lambda v: is_real(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "index": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+    "numbers": (lambda v: isinstance(v, dict) and all(is_real(x) for x in v.values()), "an object of numbers"),
+    "commit": (lambda v: v is None or (isinstance(v, str) and len(v) == 40), "null or a 40-digit commit hash"),
+}
+
+
+def _is_time(text) -> bool:
+    try:
+        _utc(text, "")
+    except ValueError:
+        return False
+    return True
+
+
+def _field(raw, key: str, kind: str, where, what: str = "the plan", default=_REQUIRED):
+    """``raw[key]``, checked to be of ``kind`` (:data:`_KINDS`); ``default`` (when given) for an absent key."""
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where}: {what} must be a JSON object; got {type(raw).__name__}")
+    if key not in raw:
+        if default is not _REQUIRED:
+            return default
+        raise PlanError(f"{where}: {what} has no {key!r}")
+    ok, must = _KINDS[kind]
+    if not ok(raw[key]):
+        raise PlanError(f"{where}: {what}'s {key!r} must be {must}; got {str(raw[key])[:60]!r}")
+    return raw[key]
+
+
+def _git(cwd: Path, *args) -> subprocess.CompletedProcess | None:
+    """``git args`` in ``cwd`` (bytes out), or None where git cannot run there."""
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _check_against_git(path: Path, record: dict, code_sha256: str | None, registry: Path) -> str:
+    """Check a registration record against the git repository that tracks ``path``, if any: the commit exists, adds
+    the plan file alone, at the recorded committer time, with the recorded sha256, and (v3) the decision code at
+    that commit has the recorded sha256.  Returns what was checked ("git", or why not); :class:`PlanError` if git
+    contradicts the record."""
+    top = _git(path.parent, "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return "no git repository: the record and the sha256 of the files are trusted"
+    root = Path(top.stdout.decode().strip()).resolve()
+    try:
+        rel = path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return "no git repository: the record and the sha256 of the files are trusted"
+    tracked = _git(root, "ls-files", "--error-unmatch", "--", rel)
+    if tracked is None or tracked.returncode != 0:  # e.g. an installed copy inside someone else's repository
+        return "the plan is not tracked by the repository around it: the record and the sha256 are trusted"
+    commit = record["commit"]
+    shown = _git(root, "show", "-s", "--format=%cI", f"{commit}^{{commit}}")
+    if shown is None or shown.returncode != 0:
+        shallow = _git(root, "rev-parse", "--is-shallow-repository")
+        if shallow is not None and shallow.stdout.strip() == b"true":
+            return "a shallow clone without the registration commit: the record is trusted"
+        raise PlanError(f"{registry}: {path.name}'s commit {commit[:10]} is not in the repository {root}")
+    when = _utc(shown.stdout.decode().strip(), f"git: {commit[:10]}")
+    files = _git(root, "show", "--format=", "--name-only", "--no-renames", commit).stdout.decode().split()
+    blob = _git(root, "show", f"{commit}:{rel}")
+    problems = [f"its files are {files}, not [{rel!r}] alone" if files != [rel] else "",
+                f"its committer time is {when.isoformat()}, not {record['committed']}"
+                if when != _utc(record["committed"], f"{registry}: committed") else "",
+                "the plan it adds has another sha256" if blob.returncode != 0
+                or hashlib.sha256(blob.stdout).hexdigest() != record["sha256"] else ""]
+    code = DECISION_CODE_PATH.resolve()
+    if code_sha256 is not None and code.is_relative_to(root):  # the rule was committed before the plan
+        blob = _git(root, "show", f"{commit}:{code.relative_to(root).as_posix()}")
+        if blob.returncode != 0 or hashlib.sha256(blob.stdout).hexdigest() != code_sha256:
+            problems.append("the decision code at that commit has another sha256")
+    problems = [p for p in problems if p]
+    if problems:
+        raise PlanError(f"{registry}: git contradicts {path.name}'s registration (commit {commit[:10]}): "
+                        + "; ".join(problems))
+    return ("git: the commit adds the plan alone, at the recorded time, with the recorded bytes"
+            + (", and holds the recorded decision code" if code_sha256 is not None and code.is_relative_to(root) else ""))
+
+
+def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Registration | None:
+    """The registration of the plan file ``path`` (bytes ``data``) in ``registrations``: None if it has none, or a
+    record without a commit (v1) or superseded (v2); :class:`PlanError` if the plan's sha256, the decision code's
+    sha256 or git (where the plan lies in a repository) contradicts the record."""
     registry = Path(registrations)
-    record = json.loads(registry.read_text())["plans"].get(path.name) if registry.exists() else None
+    if not registry.exists():
+        return None
+    plans = _field(_read_json(registry, "registration record")[1], "plans", "object", registry, "the record")
+    record = plans.get(path.name)
     if record is None:
         return None
+    what = f"the record of {path.name}"
+    recorded = _field(record, "sha256", "text", registry, what)
+    commit = _field(record, "commit", "commit", registry, what)
     digest = hashlib.sha256(data).hexdigest()
-    if digest != record["sha256"]:
-        raise ValueError(f"{path}: sha256 {digest[:16]}... is not the {record['sha256'][:16]}... recorded for it "
-                         f"(commit {str(record['commit'])[:10]}); a registered plan is never edited: write a new version")
-    if record["commit"] is None:  # superseded without a valid registration (v1): kept byte for byte, judges nothing
+    if digest != recorded:
+        raise PlanError(f"{path}: sha256 {digest[:16]}... is not the {recorded[:16]}... recorded for it "
+                        f"(commit {str(commit)[:10]}); a registered plan is never edited: write a new version")
+    if commit is None:  # superseded without a valid registration (v1): kept byte for byte, judges nothing
         return None
-    return Registration(record["sha256"], record["commit"], _utc(record["committed"], f"{registry}: committed"))
+    committed = _utc(_field(record, "committed", "time", registry, what), f"{registry}: {path.name}: committed")
+    code = _field(record, "decision_code", "object", registry, what, default=None)
+    code_sha256 = None
+    if code is not None:
+        code_sha256 = _field(code, "sha256", "text", registry, f"{what}'s decision_code")
+        try:
+            running = hashlib.sha256(DECISION_CODE_PATH.read_bytes()).hexdigest()
+        except OSError as err:
+            raise PlanError(f"{DECISION_CODE_PATH}: cannot read the decision code registered with {path.name}: "
+                            f"{err.strerror or err}") from None
+        if _field(code, "file", "text", registry, f"{what}'s decision_code") != DECISION_CODE_PATH.name \
+                or running != code_sha256:
+            raise PlanError(f"{DECISION_CODE_PATH}: sha256 {running[:16]}... is not the decision code "
+                            f"{code_sha256[:16]}... registered with {path.name}; a registered rule is never edited: "
+                            "write a new plan version")
+    checked = _check_against_git(path, record, code_sha256, registry) if check_git else "git not asked"
+    if _field(record, "superseded_by", "text", registry, what, default=None) is not None:
+        return None  # registered, then replaced before any run it judges: kept byte for byte, judges nothing
+    return Registration(recorded, commit, committed, code_sha256, checked)
 
 
-def load_plan(path=PLAN_PATH, registrations=REGISTRATIONS_PATH) -> AnalysisPlan:
-    """Read and check an analysis plan (``ValueError`` naming the field if one is missing or out of range), and its
-    registration in ``registrations`` (refused if the file's sha256 is not the registered one)."""
-    path = Path(path)
-    data = path.read_bytes()
-    raw = json.loads(data)
-    version = raw.get("version", 1)
-    required = ("registered", "alpha", "margin", "min_seeds", "test", "multiplicity", "claims")
-    for key in required + (("arms", "seeds", "config", "data", "power") if version != 1 else ()):
-        if key not in raw:
-            raise ValueError(f"{path}: the plan has no {key!r}")
-    if raw["test"] != "welch" or raw["multiplicity"] != "holm":
-        raise ValueError(f"{path}: only test 'welch' with multiplicity 'holm' is implemented; got "
-                         f"{raw['test']!r}, {raw['multiplicity']!r}")
-    if not (0 < raw["alpha"] < 1 and 0 < raw["margin"] < 1):
-        raise ValueError(f"{path}: alpha and margin must be in (0, 1); got {raw['alpha']!r}, {raw['margin']!r}")
-    if not (isinstance(raw["min_seeds"], int) and raw["min_seeds"] >= 2):
-        raise ValueError(f"{path}: min_seeds must be an integer >= 2; got {raw['min_seeds']!r}")
-    claims = tuple(Claim(c["id"], c["a"], c["b"], c["hypothesis"], c["source"], c.get("role", "primary"))
-                   for c in raw["claims"])
-    for c in claims:
-        if c.hypothesis not in HYPOTHESES:
-            raise ValueError(f"{path}: claim {c.id}: hypothesis must be one of {HYPOTHESES}; got {c.hypothesis!r}")
-        if c.role not in ROLES:
-            raise ValueError(f"{path}: claim {c.id}: role must be one of {ROLES}; got {c.role!r}")
-    plan = AnalysisPlan(path, raw["registered"], float(raw["alpha"]), float(raw["margin"]), raw["min_seeds"], claims,
-                        version, registration=_registration(path, data, registrations))
-    if version == 1:
-        return plan
-    arms, seeds = raw["arms"], raw["seeds"]
+def _claims(raw, path: Path, arms, version: int) -> tuple:
+    """The plan's claims, checked: known hypothesis and role, distinct ids, two different arms of the plan."""
+    items = _field(raw, "claims", "list", path)
+    claims = []
+    for i, c in enumerate(items):
+        what = f"claim {i + 1}"
+        claim = Claim(*(_field(c, k, "text", path, what) for k in ("id", "a", "b", "hypothesis", "source")),
+                      _field(c, "role", "text", path, what, default="primary"),
+                      _field(c, "question", "text", path, what) if version == 3 else "")
+        hypotheses = _rule.HYPOTHESES if version == 3 else _rule.HYPOTHESES + ("none",)
+        if claim.hypothesis not in hypotheses:
+            raise PlanError(f"{path}: claim {claim.id}: hypothesis must be one of {hypotheses}; "
+                            f"got {claim.hypothesis!r}")
+        if claim.role not in ROLES:
+            raise PlanError(f"{path}: claim {claim.id}: role must be one of {ROLES}; got {claim.role!r}")
+        if claim.a == claim.b:
+            raise PlanError(f"{path}: claim {claim.id} compares arm {claim.a!r} with itself")
+        if arms is not None and not {claim.a, claim.b} <= set(arms):
+            raise PlanError(f"{path}: claim {claim.id} names arms that are not in 'arms': "
+                            f"{sorted({claim.a, claim.b} - set(arms))}")
+        claims.append(claim)
+    ids = [c.id for c in claims]
+    if len(set(ids)) != len(ids):
+        raise PlanError(f"{path}: claim ids must be distinct; got {ids}")
+    return tuple(claims)
+
+
+def _grid(raw, path: Path, min_seeds: int) -> dict:
+    """A v2/v3 plan's arms, seeds, config, data and power, checked (config keys are TrainConfig fields)."""
+    from explr.cifar10.config import TrainConfig
+
+    arms = _field(raw, "arms", "object", path)
     for name, arm in arms.items():
-        if name != _arm_name(arm["schedule"], arm["corrections"]):
-            raise ValueError(f"{path}: arm {name!r} must be named {_arm_name(arm['schedule'], arm['corrections'])!r}")
-    unknown = sorted(({c.a for c in claims} | {c.b for c in claims}) - set(arms))
+        schedule = _field(arm, "schedule", "text", path, f"arm {name!r}")
+        corrections = _field(arm, "corrections", "text", path, f"arm {name!r}")
+        if name != _arm_name(schedule, corrections):
+            raise PlanError(f"{path}: arm {name!r} must be named {_arm_name(schedule, corrections)!r}")
+    seeds = _field(raw, "seeds", "list", path)
+    if not (all(is_int(k) and k >= 0 for k in seeds) and len(set(seeds)) == len(seeds) >= min_seeds):
+        raise PlanError(f"{path}: seeds must be at least min_seeds = {min_seeds} distinct integers >= 0; "
+                        f"got {str(seeds)[:80]}")
+    config = _field(raw, "config", "object", path)
+    fixable = {f.name for f in dataclasses.fields(TrainConfig)} - {"schedule", "corrections", "seed"}
+    unknown = sorted(set(config) - fixable)
     if unknown:
-        raise ValueError(f"{path}: claims name arms that are not in 'arms': {unknown}")
-    if not (all(type(k) is int and k >= 0 for k in seeds) and len(set(seeds)) == len(seeds) >= raw["min_seeds"]):
-        raise ValueError(f"{path}: seeds must be at least min_seeds = {raw['min_seeds']} distinct integers >= 0; "
-                         f"got {seeds!r}")
-    if type(raw["config"].get("epochs")) is not int:
-        raise ValueError(f"{path}: config must give the runs' epochs; got {raw['config']!r}")
-    return replace(plan, arms=dict(arms), seeds=tuple(seeds), config=dict(raw["config"]), data=dict(raw["data"]),
-                   power=raw["power"])
+        raise PlanError(f"{path}: config keys {unknown} are not TrainConfig fields a plan may fix (schedule, "
+                        "corrections and seed come from the arms and seeds)")
+    if not (is_int(config.get("epochs")) and config["epochs"] >= 2):
+        raise PlanError(f"{path}: config must give the runs' epochs, an integer >= 2; got {config.get('epochs')!r}")
+    return dict(arms=dict(arms), seeds=tuple(seeds), config=dict(config),
+                data=dict(_field(raw, "data", "object", path)), power=_field(raw, "power", "object", path))
+
+
+def load_plan(path=None, registrations=REGISTRATIONS_PATH, *, check_git: bool = True) -> AnalysisPlan:
+    """Read and check an analysis plan (default: v3) and its registration in ``registrations``: one
+    :class:`PlanError` (a ``ValueError``) naming the file for a missing, malformed or out-of-range field, a plan
+    or decision code whose sha256 is not the registered one, or (``check_git``, where the plan lies in a git
+    repository) a registration that git contradicts."""
+    path = Path(PLAN_V3_PATH if path is None else path)
+    data, raw = _read_json(path, "analysis plan")
+    version = _field(raw, "version", "version", path, default=1)
+    for key in ("registered", "test", "multiplicity"):
+        _field(raw, key, "text", path)
+    test = "paired" if version == 3 else "welch"
+    if raw["test"] != test or raw["multiplicity"] != "holm":
+        raise PlanError(f"{path}: a version-{version} plan implements test {test!r} with multiplicity 'holm'; got "
+                        f"{raw['test']!r}, {raw['multiplicity']!r}")
+    alpha, margin = _field(raw, "alpha", "level", path), _field(raw, "margin", "level", path)
+    min_seeds = _rule.MIN_PAIRS if version == 3 else _field(raw, "min_seeds", "count", path)
+    grid = _grid(raw, path, min_seeds) if version != 1 else {}
+    plan = AnalysisPlan(path, raw["registered"], float(alpha), float(margin), min_seeds,
+                        _claims(raw, path, grid.get("arms"), version), version, **grid,
+                        registration=_registration(path, data, registrations, check_git))
+    if version == 3:
+        plan = replace(plan, missing_runs=_field(raw, "missing_runs", "text", path))
+        for key, kind in (("sd", "level"), ("confidence", "level"), ("target", "level"), ("rho", "share"),
+                          ("n", "count"), ("draws", "count"), ("seed", "index"), ("means", "numbers"),
+                          ("table", "list"), ("sensitivity", "list")):
+            _field(plan.power, key, kind, path, "the plan's power")
+        if not plan.family:
+            raise PlanError(f"{path}: a version-3 plan needs at least one primary claim")
+    return plan
 
 
 # ----------------------------------------------------------------------------- the runs: summaries and their tests
@@ -345,18 +538,6 @@ def _floats(w: Welch) -> Welch:
     d, se = float(w.difference), float(w.stderr)
     half = float(stdtrit(w.dof, 0.975)) * se if se > 0 else 0.0
     return Welch(d, se, float(w.dof), (d - half, d + half), float(w.p_difference), float(w.p_equivalence))
-
-
-def holm(pvalues) -> np.ndarray:
-    """Holm's step-down adjusted p-values over the last axis: p̃_(i) = max_{j<=i} min(1, (k − j + 1) p_(j)) for
-    sorted p_(1) <= ... <= p_(k) (Holm 1979)."""
-    p = np.asarray(pvalues, dtype=float)
-    k = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="stable")
-    scaled = np.minimum(1.0, (k - np.arange(k)) * np.take_along_axis(p, order, axis=-1))
-    adjusted = np.empty_like(p)
-    np.put_along_axis(adjusted, order, np.maximum.accumulate(scaled, axis=-1), axis=-1)
-    return adjusted
 
 
 def _bearing(hypothesis: str, verdict, difference):
@@ -457,6 +638,68 @@ def judge(plan: AnalysisPlan, summaries: dict) -> list[Verdict]:
     return out
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A claim of a version-3 plan decided on the data (:func:`decide`, the rule of :mod:`explr.book.verdicts`)."""
+
+    claim: Claim
+    seeds: tuple  # the complete pairs: seeds both arms finished
+    difference: float | None  # mean paired difference a − b; None with fewer than 2 pairs
+    ci95: tuple | None  # its 95 % paired-t interval
+    p: float | None  # the claim's own test, raw; None when not tested
+    p_compared: float  # Holm-adjusted (primary) or raw (exploratory); 1 when not tested
+    supported: bool
+    margin: float
+    alpha: float
+
+    @property
+    def tested(self) -> bool:
+        return self.p is not None
+
+    @property
+    def sentence(self) -> str:
+        """The decision in words, with the numbers it rests on (accuracies in percentage points)."""
+        pts = lambda v: f"{100 * v:+.2f}"  # noqa: E731
+        if not self.tested:
+            return (f"not tested ({len(self.seeds)} complete pairs < {_rule.MIN_PAIRS}); in the family it counts "
+                    "as not rejected")
+        c = self.claim
+        kind = "Holm-adjusted" if c.role == "primary" else "exploratory, unadjusted"
+        test = (f"TOST ±{100 * self.margin:.2f} points" if c.hypothesis == "equivalent"
+                else "one-sided paired t")
+        numbers = (f"Δ = {pts(self.difference)} points, 95 % CI [{pts(self.ci95[0])}, {pts(self.ci95[1])}], "
+                   f"{len(self.seeds)} pairs; {test}, {kind} p = {self.p_compared:.3g}")
+        claim = (f"{c.a} within ±{100 * self.margin:.2f} points of {c.b}" if c.hypothesis == "equivalent"
+                 else f"{c.a} better than {c.b}")
+        head = "supported" if self.supported else "not shown"
+        return f"{head} at α = {self.alpha}: {claim}; {numbers}"
+
+
+def decide(plan: AnalysisPlan, summaries: dict) -> list[Decision]:
+    """Apply a version-3 ``plan`` to ``summaries`` (arm → :class:`ScheduleSummary` of finished judged runs): one
+    :class:`Decision` per claim, in the plan's order, by :func:`explr.book.verdicts.decide`.  A claim whose arms
+    share fewer than 2 seeds is not tested, and stays in Holm's family with p = 1."""
+    from scipy.special import stdtrit  # the t distribution's quantile
+
+    if plan.version < 3:
+        raise ValueError(f"decide applies a version-3 plan; {plan.path.name} is version {plan.version} (judge)")
+    by_seed = {arm: dict(zip(s.seeds, s.final.tolist(), strict=True)) for arm, s in summaries.items()}
+    pairs = [_rule.complete_pairs(by_seed.get(c.a, {}), by_seed.get(c.b, {})) for c in plan.claims]
+    differences = [a - b if len(seeds) >= _rule.MIN_PAIRS else None for seeds, a, b in pairs]
+    rows = _rule.decide([(c.hypothesis, c.role == "primary") for c in plan.claims], differences,
+                        alpha=plan.alpha, margin=plan.margin)
+    out = []
+    for c, (seeds, _, _), d, (p, compared, supported) in zip(plan.claims, pairs, differences, rows, strict=True):
+        mean = ci = None
+        if d is not None:
+            mean = float(d.mean())
+            half = float(stdtrit(len(d) - 1, 0.975) * d.std(ddof=1) / math.sqrt(len(d)))
+            ci = (mean - half, mean + half)
+        out.append(Decision(c, seeds, mean, ci, None if p is None else float(p), float(compared), bool(supported),
+                            plan.margin, plan.alpha))
+    return out
+
+
 # ----------------------------------------------------------------------------- the power analysis
 @dataclass(frozen=True)
 class PooledSD:
@@ -484,25 +727,41 @@ def pooled_sd(summaries: dict, confidence: float = 0.8) -> PooledSD:
     return PooledSD(sd, dof, sd * math.sqrt(dof / chi2.ppf(1 - confidence, dof)), confidence)
 
 
-def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20_000, seed: int = 0) -> dict:
+def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20_000, seed: int = 0,
+          rho: float | None = None) -> dict:
     """Claim id → the probability that its verdict supports its hypothesis, for each primary claim with one, when
     every arm has ``n`` seeds with final accuracies ~ N(``means[arm]``, ``sd``²), all drawn at once and judged
-    by the plan's rule (:func:`judge`'s tests and Holm's family).  Monte Carlo over ``draws`` families, seeded by
-    (``seed``, n): the same numbers on every run, and a standard error <= 0.5/sqrt(draws)."""
+    by the plan's rule (v1, v2: :func:`judge`'s tests and Holm's family; v3: :func:`explr.book.verdicts.decide`),
+    and for v3 also ``"joint"``: the probability that every primary claim is supported at once.  v3 pairs the
+    seeds: the runs of one seed correlate by ``rho`` (default 0), each value sd (√rho Z_seed + √(1 − rho) Z_run).
+    Monte Carlo over ``draws`` grids, seeded by (``seed``, n): the same numbers on every run, and a standard error
+    <= 0.5/sqrt(draws)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (seeds per arm); got {n!r}")
-    if not (sd > 0 and isinstance(draws, int) and draws >= 1):
+    if not (is_real(sd) and sd > 0 and is_int(draws) and draws >= 1):
         raise ValueError(f"sd must be > 0 and draws an integer >= 1; got sd={sd!r}, draws={draws!r}")
+    if rho is not None and (plan.version < 3 or not (is_real(rho) and 0 <= rho < 1)):
+        raise ValueError(f"rho must be in [0, 1), for a version-3 plan (paired seeds); got {rho!r}")
     claims = [c for c in plan.family if c.hypothesis != "none"]
     arms = sorted({c.a for c in claims} | {c.b for c in claims})
     missing = [a for a in arms if a not in means]
     if missing:
         raise ValueError(f"means must give every arm of the primary claims; missing {missing}")
     rng = np.random.default_rng([seed, n])
-    finals = {arm: rng.normal(means[arm], sd, size=(draws, n)) for arm in arms}
-    rows = _verdicts(replace(plan, min_seeds=2), claims, finals)
-    return {c.id: float(np.mean(_bearing(c.hypothesis, verdict, w.difference) == "supports"))
-            for c, w, _, verdict in rows}
+    if plan.version < 3:
+        finals = {arm: rng.normal(means[arm], sd, size=(draws, n)) for arm in arms}
+        rows = _verdicts(replace(plan, min_seeds=2), claims, finals)
+        return {c.id: float(np.mean(_bearing(c.hypothesis, verdict, w.difference) == "supports"))
+                for c, w, _, verdict in rows}
+    rho = 0.0 if rho is None else float(rho)
+    shared = rng.standard_normal((draws, n))
+    finals = {arm: means[arm] + sd * (math.sqrt(rho) * shared + math.sqrt(1 - rho) * rng.standard_normal((draws, n)))
+              for arm in arms}
+    rows = _rule.decide([(c.hypothesis, True) for c in claims], [finals[c.a] - finals[c.b] for c in claims],
+                        alpha=plan.alpha, margin=plan.margin)
+    supported = np.stack([ok for _, _, ok in rows])
+    return {**{c.id: float(ok.mean()) for c, ok in zip(claims, supported, strict=True)},
+            "joint": float(supported.all(axis=0).mean())}
 
 
 def power_table(plan: AnalysisPlan, ns, **kwargs) -> list[dict]:
@@ -526,19 +785,23 @@ def seeds_needed(table: list[dict], target: float = 0.8) -> int:
 def split_runs(plan: AnalysisPlan, runs) -> tuple[list, list]:
     """``(judged, not_judged)``: the runs (``explr`` run dicts with a manifest) that ``plan`` judges, and the rest
     (the pilot, runs applied post hoc, runs of another recipe).  A run is judged when the plan is registered, the
-    run's ``started`` (manifest, ISO time) is after the registration commit's time, to the second (a run started
-    in that second is not), its arm and seed are the plan's, and its manifest's config and data agree with every
-    field of the plan's ``config`` and ``data``.  An unregistered plan (v1) judges none."""
+    run's ``started`` (manifest, ISO time) is after the registration second (:func:`explr.book.verdicts.
+    after_registration`: a run started in that second is not), its arm and seed are the plan's, and its recipe is
+    the plan's (:func:`explr.book.verdicts.same_recipe`).  An unregistered or superseded plan judges none."""
     judged, rest = [], []
     for run in runs:
         manifest = run["manifest"]
-        ok = (plan.registration is not None and arm_of(run) in plan.arms and run["seed"] in plan.seeds
-              and _utc(manifest.get("started"), f"{run.get('dir', 'a run')}: started")
-              > plan.registration.committed
-              and all(manifest["config"].get(k) == v for k, v in plan.config.items())
-              and all(manifest.get("data", {}).get(k) == v for k, v in plan.data.items()))
+        ok = (plan.registration is not None and _in_grid(plan, run)
+              and _rule.after_registration(_utc(manifest.get("started"), f"{run.get('dir', 'a run')}: started"),
+                                           plan.registration.committed))
         (judged if ok else rest).append(run)
     return judged, rest
+
+
+def _in_grid(plan: AnalysisPlan, run) -> bool:
+    """An arm and a seed of the plan, trained with its recipe."""
+    return (arm_of(run) in plan.arms and run["seed"] in plan.seeds
+            and _rule.same_recipe(plan.config, plan.data, run.get("manifest")))
 
 
 def count_by_arm(runs) -> dict[str, int]:
@@ -550,9 +813,18 @@ def count_by_arm(runs) -> dict[str, int]:
 
 
 def complete_seeds(plan: AnalysisPlan, runs) -> list[int]:
-    """The plan's seeds for which every arm of the plan has a finished run among ``runs`` (a balanced grid)."""
-    done = {(arm_of(r), r["seed"]) for r in runs if r["manifest"].get("status") == "finished"}
+    """The plan's seeds for which every arm of the plan has a finished run among ``runs`` trained with the plan's
+    recipe (:func:`explr.book.verdicts.same_recipe`, the rule of :func:`split_runs`): a balanced grid."""
+    done = {(arm_of(r), r["seed"]) for r in runs if _rule.finished(r.get("manifest")) and _in_grid(plan, r)}
     return [k for k in plan.seeds if all((arm, k) in done for arm in plan.arms)]
+
+
+def open_runs(plan: AnalysisPlan, judged, missing=()) -> list[tuple]:
+    """The (arm, seed) pairs of the plan's grid that have no finished judged run and are not declared ``missing``
+    (pairs (arm, seed) that failed every attempt the plan allows): the grid is closed, and decided, when none is
+    left."""
+    done = {(arm_of(r), r["seed"]) for r in judged if _rule.finished(r.get("manifest"))} | set(map(tuple, missing))
+    return [(arm, k) for k in plan.seeds for arm in plan.arms if (arm, k) not in done]
 
 
 def throughput(runs) -> float:
