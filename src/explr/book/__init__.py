@@ -4,14 +4,16 @@
 * :mod:`explr.book.flow` -- gradient flow and modified flows with counter terms (chapter 5);
 * :mod:`explr.book.sharpness` -- the Hessian's top eigenvalue, by Lanczos and by power iteration (chapter 5);
 * :mod:`explr.book.stats` -- the statistics of the chapters: fits and levels (log-log slopes, returning
-  levels; chapters 4, 5), and chapter 6's registered analysis plans (``analysis_plan_v2.json``), their
-  verdicts (Welch, TOST, Holm), power analysis and the confirmatory grid's cost;
+  levels; chapters 4, 5), and chapter 6's registered analysis plans (``analysis_plan_v3.json`` judges;
+  v1 and v2 are kept), their loading and registration checks, power analysis and the grid's cost;
+* :mod:`explr.book.verdicts` -- plan v3's decision rule (paired one-sided superiority, TOST, Holm), hashed by
+  its registration;
 * :mod:`explr.book.digits` -- scikit-learn's 8×8 digits, the small real dataset of chapters 1-3 and 5;
 * :mod:`explr.book.plotting` -- the book's figure style (vector figures, one colour per schedule);
 * :mod:`explr.book.checks` -- a chapter's asserted claims, one line each, and the round-off rule of what
   they show;
 * :mod:`explr.book.twins` -- the exact-twin test on a real network (chapter 6): TEXP and the cosine hybrid
-  against their weight-decay originals, logit for logit, within a float64 round-off bound.
+  against their weight-decay originals, logit for logit, within a float64 round-off estimate.
 
 Nothing in :mod:`explr`'s maths floor or in :mod:`explr.cifar10` imports from here.
 """
