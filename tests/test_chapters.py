@@ -72,7 +72,8 @@ INVALID = {
     "02_wd_exp_lr": [{"wd": 0.1}, {"init_scale": 10**400}, {"steps": 10**12}],
     "03_multi_phase": [{"momentum": 1.0}, {"epochs": 10**400}],
     "04_bn_wd_counterexample": [{"eps_frac": 1.5}, {"batch_size": 1000000000}, {"delta": 10**400},
-                                {"steps": 10**12}, {"norm0": 1e30}],  # float32 runs: ‖θ‖² overflows
+                                {"steps": 10**12}, {"norm0": 1e30},  # float32 runs: ‖θ‖² overflows
+                                {"lr": 1e-6}],  # the exit runs' window: 3.6e8 steps
     "05_continuous_time": [{"momentum": 1.0}, {"hidden": 10**400}, {"edge_time": 1e300},
                            {"lrs": [1e-300, 0.1]}],  # 1e300 steps
     "06_cifar10": [{"epochs": 1}, {"results": "../results/nope"}, {"device": "cuda:abc"},
@@ -81,7 +82,7 @@ INVALID = {
     "07_using_explr": [{"momentum": 1.0}, {"results": "/nonexistent"}, {"extreme_steps": 10**12},
                        {"epochs": 10**12}],
 }
-NAMED = {("06_cifar10", "schedules"): "ablation"}  # the parameter the error must name, where not the one set
+NAMED = {("06_cifar10", "schedules"): "ablation", ("04_bn_wd_counterexample", "lr"): "exit_seeds"}  # the parameter the error must name, where not the one set
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
 
