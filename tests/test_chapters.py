@@ -80,7 +80,7 @@ INVALID = {
                    {"schedules": ["step"]},  # ablation=True needs "texp" (its error names ablation)
                    {"synthetic_images": 10**12}, {"seeds": [2**64]}],
     "07_using_explr": [{"momentum": 1.0}, {"results": "/nonexistent"}, {"extreme_steps": 10**12},
-                       {"epochs": 10**12}],
+                       {"epochs": 10**12}, {"lr": 1e30}],  # PerStepLR refused rescale_above 1e3 < lr
 }
 NAMED = {("06_cifar10", "schedules"): "ablation", ("04_bn_wd_counterexample", "lr"): "exit_seeds"}  # the parameter the error must name, where not the one set
 
