@@ -64,17 +64,25 @@ RERUN = {
 
 # Out-of-range values per chapter, one run each: the chapter must stop at once with a ValueError naming the
 # parameter (the first of each list is the plain case; the rest got past the checks once and failed later).
+# Sizes past what the machine holds (10**12 steps, 10**400 epochs) and huge ints for float parameters (10**400,
+# beyond float64) are among the latter.
 INVALID = {
-    "01_scale_invariance": [{"batch_size": 1}, {"lr": 1e300}],
-    "02_wd_exp_lr": [{"wd": 0.1}],
-    "03_multi_phase": [{"momentum": 1.0}],
-    "04_bn_wd_counterexample": [{"eps_frac": 1.5}, {"batch_size": 1000000000}],
-    "05_continuous_time": [{"momentum": 1.0}],
+    "01_scale_invariance": [{"batch_size": 1}, {"lr": 1e300}, {"seed": 2**64}, {"lr": 10**400},
+                            {"seed": 2**64 - 1}],  # seed + 1 draws the warm-up batches
+    "02_wd_exp_lr": [{"wd": 0.1}, {"init_scale": 10**400}, {"steps": 10**12}],
+    "03_multi_phase": [{"momentum": 1.0}, {"epochs": 10**400}],
+    "04_bn_wd_counterexample": [{"eps_frac": 1.5}, {"batch_size": 1000000000}, {"delta": 10**400},
+                                {"steps": 10**12}, {"norm0": 1e30},  # float32 runs: ‖θ‖² overflows
+                                {"lr": 1e-6}],  # the exit runs' window: 3.6e8 steps
+    "05_continuous_time": [{"momentum": 1.0}, {"hidden": 10**400}, {"edge_time": 1e300},
+                           {"lrs": [1e-300, 0.1]}],  # 1e300 steps
     "06_cifar10": [{"epochs": 1}, {"results": "../results/nope"}, {"device": "cuda:abc"},
-                   {"schedules": ["step"]}],  # the last: ablation=True needs "texp" (its error names ablation)
-    "07_using_explr": [{"momentum": 1.0}, {"results": "/nonexistent"}],
+                   {"schedules": ["step"]},  # ablation=True needs "texp" (its error names ablation)
+                   {"synthetic_images": 10**12}, {"seeds": [2**64]}],
+    "07_using_explr": [{"momentum": 1.0}, {"results": "/nonexistent"}, {"extreme_steps": 10**12},
+                       {"epochs": 10**12}, {"lr": 1e30}],  # PerStepLR refused rescale_above 1e3 < lr
 }
-NAMED = {("06_cifar10", "schedules"): "ablation"}  # the parameter the error must name, where not the one set
+NAMED = {("06_cifar10", "schedules"): "ablation", ("04_bn_wd_counterexample", "lr"): "exit_seeds"}  # the parameter the error must name, where not the one set
 
 COMMAND = re.compile(r'make chapter N=(\d\d) ARGS="([^"]*)"')
 
@@ -254,7 +262,7 @@ def test_readme_shows_a_rerun_example():
 
 @pytest.mark.chapters
 @pytest.mark.parametrize("chapter, params", [(ch, p) for ch in CHAPTERS for p in INVALID.get(ch, [{}])],
-                         ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else v)
+                         ids=lambda v: "-".join(f"{k}={short_id(v[k])}" for k in v) if isinstance(v, dict) else v)
 def test_out_of_range_parameters_stop_with_one_clear_line(chapter, params, tmp_path):
     assert params, f"add an out-of-range parameter for {chapter} to INVALID in {__file__}"
     (name, value), = params.items()
@@ -268,6 +276,12 @@ def test_out_of_range_parameters_stop_with_one_clear_line(chapter, params, tmp_p
     cell = next(e for e in reversed(err.traceback) if e.frame.code.raw.co_filename.startswith(f"<{chapter}"))
     assert cell.frame.code.raw.co_filename.endswith(f"code cell {cell_after_parameters(chapter)}>"), \
         f"{chapter} stopped in {cell.frame.code.raw.co_filename}, not in its check cell"
+
+
+def short_id(value) -> str:
+    """A value as a test id shows it: 10**400 as "10000000...(401 chars)"."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:8]}...({len(text)} chars)"
 
 
 def cell_after_parameters(chapter) -> int:

@@ -1,7 +1,9 @@
-"""explr.book.checks: one line per claim, the closing table, and the round-off rule of what is shown."""
+"""explr.book.checks: one line per claim, the closing table, the round-off rule of what is shown, and the bounds of
+a chapter's parameters (the memory a count holds, the seeds torch takes)."""
 import pytest
 
-from explr.book.checks import EXACTNESS, Checks, bound, shown
+from explr.book.checks import EXACTNESS, MEMORY, Checks, bound, count, held, most, seed_rule, shown
+from explr.params import check_parameters
 
 
 def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys):
@@ -42,3 +44,33 @@ def test_values_at_round_off_read_the_same_whatever_their_last_digits():
     assert shown(1.13e-16) == "1.13e-16"
     assert shown(-1e-17, 1e-9) == "-1e-17"  # a signed quantity is not a deviation
     assert shown(14, 1) == "14" and shown(True, 1) == "True" and shown("1 ± 0.01") == "1 ± 0.01"
+
+
+def test_a_count_is_bounded_by_the_memory_its_units_hold_and_says_so():
+    rule = count(30, "an epoch's batches", bytes_each=2**20)  # 1 MiB an epoch
+    assert most(2**20) == MEMORY // 2**20 and rule.maximum == most(2**20)
+    assert rule.ok(30) and rule.ok(most(2**20)) and not rule.ok(most(2**20) + 1) and not rule.ok(10**400)
+    assert not rule.ok(29)
+    with pytest.raises(ValueError) as err:
+        check_parameters({"epochs": 10**12}, {"epochs": rule})
+    assert str(err.value) == (f"epochs = 1000000000000: must be an integer in [30, {MEMORY // 2**20}] "
+                              f"(an epoch's batches: 1 MiB each, at most 4 GiB in all)")
+    # a share of the memory, and words on the range before the reason
+    shared = count(1, "a step", bytes_each=1000, share=5, note="one at least")
+    assert shared.maximum == MEMORY // 5000
+    assert shared.rule().endswith("(one at least; a step: 1000 B each, at most 819 MiB in all, 1/5 of 4 GiB)")
+    assert held("a state", bytes_each=3 * 2**30) == " (a state: 3 GiB each, at most 4 GiB in all)"
+    assert most(MEMORY + 1) == 0  # a unit larger than the memory: no count fits
+    with pytest.raises(ValueError, match=r"^bytes_each = 0: must be a number > 0$"):
+        most(0)
+
+
+def test_a_seed_is_what_torch_manual_seed_takes():
+    torch = pytest.importorskip("torch")
+    rule, three = seed_rule(), seed_rule(used=3)
+    torch.manual_seed(rule.maximum)  # the largest seed is taken ...
+    with pytest.raises((RuntimeError, ValueError)):  # ValueError in torch 2.14, RuntimeError in older ones
+        torch.manual_seed(rule.maximum + 1)  # ... and the next refused, by torch itself
+    assert rule.ok(0) and rule.ok(2**64 - 1) and not rule.ok(2**64) and not rule.ok(-1) and not rule.ok(1.0)
+    assert three.ok(2**64 - 3) and not three.ok(2**64 - 2)  # seed + 2 must be taken too
+    assert three.rule() == f"an integer in [0, {2**64 - 3}] (what torch.manual_seed takes, up to seed + 2)"

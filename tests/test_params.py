@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from explr.params import Choice, Flag, Float, Folder, Int, Numbers, Text, check_parameters
+from explr.params import FLOAT64_MAX, Choice, Flag, Float, Folder, Int, Numbers, Text, check_parameters, is_real
 
 
 @pytest.mark.parametrize("rule, good, bad", [
@@ -56,3 +56,19 @@ def test_a_choice_says_why_with_its_note():
     rule = Choice((False,), note=' (add "texp" to schedules)')
     assert rule.ok(False) and not rule.ok(True)
     assert rule.rule() == 'one of False (add "texp" to schedules)'
+
+
+def test_an_int_beyond_float64_is_refused_as_a_float_in_one_line_not_an_overflow_error():
+    assert not is_real(10**400) and not is_real(-(10**400)) and is_real(10**300) and is_real(2**1023)
+    assert not Float(0).ok(10**400) and not Numbers(Float(0)).ok([0.5, 10**400])
+    assert Float(0).ok(FLOAT64_MAX) and Float(0).rule() == "a finite number in (0, 1.79769e+308]"
+    for value, shown in [(10**400, "1" + "0" * 29 + "…" + "0" * 10 + r" \(401 characters\)"),
+                         (10**5000, "<a int too large to print>"),  # past the 4,300 digits str() converts
+                         ([10**5000], "<a list too large to print>")]:
+        with pytest.raises(ValueError, match=rf"^lr = {shown}: must be a finite number in \(0, 1.79769e\+308\]$"):
+            check_parameters({"lr": value}, {"lr": Float(0)})
+    with pytest.raises(ValueError, match=r"^delta = 1000.*: must be a finite number in \(0, 1\)$"):
+        check_parameters({"delta": 10**400}, {"delta": Float(0, 1)})
+    # a short value is shown whole
+    with pytest.raises(ValueError, match=r"^steps = \[1, 2, 3\]: "):
+        check_parameters({"steps": [1, 2, 3]}, {"steps": Int(1)})

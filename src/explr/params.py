@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "FLOAT64_MAX",
     "Choice",
     "Int",
     "Float",
@@ -53,8 +54,12 @@ def is_real_type(t: type) -> bool:
 
 
 def is_real(v) -> bool:
-    """A finite real number (:func:`is_real_type`), not a boolean."""
-    return is_real_type(type(v)) and math.isfinite(v)
+    """A finite real number (:func:`is_real_type`) that a float64 holds, not a boolean: an int beyond float64's
+    range (10**400) is refused, not an ``OverflowError``."""
+    try:
+        return is_real_type(type(v)) and math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,10 @@ class Int:
         return int(text)
 
 
+#: the largest finite float64
+FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
 @dataclass(frozen=True)
 class Float:
     """A finite real number in the interval (lo, hi), each end open or closed."""
@@ -113,7 +122,9 @@ class Float:
     note: str = ""  # appended to the rule
 
     def rule(self) -> str:
-        interval = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        # no upper bound: float64's largest value is the largest accepted, and a huge int is refused by it
+        hi, hi_open = (FLOAT64_MAX, False) if self.hi == math.inf else (self.hi, self.hi_open)
+        interval = f"{'(' if self.lo_open else '['}{self.lo:g}, {hi:g}{')' if hi_open else ']'}"
         return f"a finite number in {interval}{self.note}"
 
     def ok(self, v) -> bool:
@@ -209,4 +220,13 @@ def check_parameters(namespace: dict, rules: dict) -> None:
             rule = rule()
         value = namespace[name]
         if not rule.ok(value):
-            raise ValueError(f"{name} = {value!r}: must be {rule.rule()}")
+            raise ValueError(f"{name} = {_short(value)}: must be {rule.rule()}")
+
+
+def _short(value, most: int = 60) -> str:
+    """``repr(value)``, its middle cut out when longer than ``most`` characters (a 401-digit int, a long list)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4,300 digits of str(), or a list holding one
+        return f"<a {type(value).__name__} too large to print>"
+    return text if len(text) <= most else f"{text[:most // 2]}…{text[-10:]} ({len(text)} characters)"

@@ -20,16 +20,66 @@ tolerance (a slope, a ratio, a fraction of windows that is exactly 0), is a quan
 shown with three significant digits.  ``tests/arithmetic.py`` reruns every chapter with the arithmetic
 perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count),
 and nbval fails on an output that moves.
+
+**What a chapter's parameters may ask for** (:func:`count`, :func:`most`, :func:`seed_rule`).  Every size
+a chapter's parameters set is bounded by what the machine can hold: a count of units that each hold
+``bytes_each`` bytes of arrays may be at most ⌊:data:`MEMORY` / bytes_each⌋, and a refusal says so, with
+the bytes a unit holds.  A seed is what ``torch.manual_seed`` takes.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["Checks", "EXACTNESS", "bound", "shown"]
+from ..params import Int
+
+__all__ = ["Checks", "EXACTNESS", "MEMORY", "bound", "count", "held", "most", "seed_rule", "shown"]
 
 #: the largest tolerance of a claim of exactness up to round-off (float64 eps is 2.2e-16; float32's 1.2e-7)
 EXACTNESS = 1e-6
+
+#: the memory a chapter's arrays may take: 4 GiB, a third of a free Colab session's 12.7 GiB and half of an
+#: 8 GiB laptop's, leaving the rest to the kernel, torch and the figures.
+MEMORY = 4 * 2**30
+
+
+def _bytes(n: float) -> str:
+    """``n`` bytes in B (up to 1023), KiB, MiB or GiB (three significant digits)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.4g} B"
+
+
+def most(bytes_each: float, share: int = 1) -> int:
+    """The largest count of units, ``bytes_each`` bytes of arrays each, that fits in a ``share``-th of
+    :data:`MEMORY` (where several parts of a chapter hold their arrays at once): ⌊MEMORY / (share · bytes_each)⌋."""
+    if not bytes_each > 0:
+        raise ValueError(f"bytes_each = {bytes_each!r}: must be a number > 0")
+    return int(MEMORY // (share * bytes_each))
+
+
+def held(what: str, bytes_each: float, share: int = 1, note: str = "") -> str:
+    """Why :func:`most` bounds a count, as a rule's note: ``note`` (words on the range, if any), then
+    " (what: 64 KiB each, at most 4 GiB in all)"."""
+    part = f", 1/{share} of {_bytes(MEMORY)}" if share > 1 else ""
+    reason = f"{what}: {_bytes(bytes_each)} each, at most {_bytes(MEMORY / share)} in all{part}"
+    return f" ({note}; {reason})" if note else f" ({reason})"
+
+
+def count(minimum: int, what: str, bytes_each: float, share: int = 1, note: str = "") -> Int:
+    """The rule of a count from ``minimum`` whose units (``what``) each hold ``bytes_each`` bytes of arrays, in
+    a ``share``-th of the memory: at most :func:`most`, and a refusal says why (:func:`held`)."""
+    return Int(minimum, maximum=most(bytes_each, share), note=held(what, bytes_each, share, note))
+
+
+def seed_rule(used: int = 1) -> Int:
+    """The rule of a chapter's ``seed`` when seeds ``seed`` ... ``seed + used - 1`` go to ``torch.manual_seed``:
+    an integer in [0, MAX_SEED - used + 1] (:data:`explr.cifar10.config.MAX_SEED`, the engine's bound)."""
+    from ..cifar10.config import MAX_SEED
+
+    note = " (what torch.manual_seed takes" + (f", up to seed + {used - 1})" if used > 1 else ")")
+    return Int(0, maximum=MAX_SEED - (used - 1), note=note)
 
 
 def bound(tolerance: float) -> float:
