@@ -5,7 +5,7 @@
     PYTHONPATH=src python experiments/confirmatory_grid.py ... --resume        # continue an interrupted grid
     PYTHONPATH=src python experiments/confirmatory_grid.py --dry-run          # seconds, on the CPU
 
-The plan (:data:`explr.book.stats.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds and
+The plan (:data:`explr.book.registration.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds and
 the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when all of them finished, so a grid stopped
 anywhere holds whole runs of complete seeds, plus at most one round of runs that ``--resume`` finishes.  A run
@@ -14,7 +14,7 @@ never stops early on purpose (no deadline); a run that diverges or fails stops t
 Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the others into
 ``<out>/ablation-<corrections>/...`` (the layout of ``results/cifar10-full``), each with its manifest, whose
 ``started`` time :func:`explr.book.stats.split_runs` compares with the plan's registration.  The grid refuses a
-plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.stats.load_plan`).
+plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.registration.load_plan`).
 
 Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
 ``load_runs``, ``RunError``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir`` (the dry run's
@@ -42,10 +42,11 @@ import argparse
 import os
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
-from explr.book.stats import PLAN_V3_PATH, AnalysisPlan, complete_seeds, count_by_arm, load_plan
+from explr.book.registration import PLAN_V3_PATH, AnalysisPlan, load_plan
+from explr.book.stats import complete_seeds, count_by_arm
 from explr.cifar10 import (RunError, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
                            train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        plan = load_plan(args.plan)  # refuses an edited plan
+        plan = load_plan(args.plan, config_fields=[f.name for f in fields(TrainConfig)])  # refuses an edited plan
     except (ValueError, OSError) as err:
         parser.error(f"--plan: {err}")
     if args.dry_run:

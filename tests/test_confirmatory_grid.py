@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import explr.cifar10.runs as runs_mod
-from explr.book.stats import PLAN_V2_PATH, load_plan
+from explr.book.registration import PLAN_V2_PATH, load_plan
 from explr.cifar10 import hardware, preflight, sweep
 
 from cifar10_helpers import tiny_arrays, tiny_npz

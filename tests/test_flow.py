@@ -19,7 +19,7 @@ from explr.book.flow import (
     smooth_activations,
 )
 from explr.book.sharpness import top_eigenvalue
-from explr.book.stats import loglog_slope
+from explr.book.fits import loglog_slope
 from explr.invariance import make_scale_invariant
 from explr.models import bn_mlp, invariant_bn_mlp
 from flow_problems import invariant_problem, logistic_problem, quadratic_problem

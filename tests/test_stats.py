@@ -1,4 +1,4 @@
-"""explr.book.stats and explr.book.verdicts: time-series fits; chapter 6's plans (v1, v2 superseded; v3), their
+"""explr.book.fits, registration, stats and verdicts: time-series fits; chapter 6's plans (v1, v2 superseded; v3), their
 registration (plan, decision code, git), the Welch/TOST/Holm rule of v1/v2 and the paired rule of v3, the power
 analysis that sizes v3, which runs a plan judges, and the grid's cost."""
 import dataclasses
@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-import explr.book.stats as st
+import explr.book.registration as reg
 import explr.book.verdicts as rule
-from explr.book.stats import (DECISION_CODE_PATH, PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, REGISTRATIONS_PATH,
-                              TRAIN_IMAGES, Claim, PlanError, complete_seeds, count_by_arm, decide, first_time_above,
-                              grid_cost, holm, judge, load_plan, loglog_slope, longest_stretch_at_or_below, open_runs,
-                              pooled_sd, power, power_table, returning_level, seeds_needed, split_runs, summarise,
-                              throughput, welch)
+from explr.book.fits import first_time_above, loglog_slope, longest_stretch_at_or_below, returning_level
+from explr.book.registration import (DECISION_CODE_PATH, PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, REGISTRATIONS_PATH,
+                                     Claim, PlanError, load_plan, parse_utc)
+from explr.book.stats import (TRAIN_IMAGES, complete_seeds, count_by_arm, decide, grid_cost, judge, open_runs,
+                              pooled_sd, power, power_table, seeds_needed, split_runs, summarise, throughput, welch)
+from explr.book.verdicts import holm
+from explr.cifar10.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PILOT = ROOT / "results" / "cifar10-full"
@@ -431,7 +433,7 @@ def test_the_power_analysis_depends_on_holm_and_on_the_family():
     ns = range(6, 31, 2)
     n = seeds_needed(power_table(PLAN2, ns, **kw))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(st, "holm", lambda p: np.asarray(p))
+        patch.setattr(rule, "holm", lambda p: np.asarray(p))
         unadjusted = seeds_needed(power_table(PLAN2, ns, **kw))
     alone = seeds_needed(power_table(dataclasses.replace(PLAN2, claims=PLAN2.claims[:1]), ns, **kw))
     assert unadjusted < n and alone < n, (n, unadjusted, alone)
@@ -487,10 +489,10 @@ def test_a_changed_decision_rule_is_refused(tmp_path, monkeypatch):
     code = DECISION_CODE_PATH.read_bytes()
     assert code.count(b"c < alpha") == 1
     edited.write_bytes(code.replace(b"c < alpha", b"c <= alpha"))
-    monkeypatch.setattr(st, "DECISION_CODE_PATH", edited)
+    monkeypatch.setattr(reg, "DECISION_CODE_PATH", edited)
     with pytest.raises(PlanError, match="decision code"):
         load_plan()
-    monkeypatch.setattr(st, "DECISION_CODE_PATH", tmp_path / "missing.py")
+    monkeypatch.setattr(reg, "DECISION_CODE_PATH", tmp_path / "missing.py")
     with pytest.raises(PlanError, match="cannot read"):
         load_plan()
     assert load_plan(PLAN_V2_PATH).version == 2  # v2 registered no decision code
@@ -527,7 +529,7 @@ def test_git_history_shows_each_plan_committed_once_by_its_recorded_commit_at_it
     assert len(log) == 1, f"{rel} has {len(log)} commits; a registered plan is never edited: {log}"
     commit, when = log[0].split()
     record = json.loads(REGISTRATIONS_PATH.read_text())["plans"][path.name]
-    assert commit == record["commit"] and st._utc(when, "git") == st._utc(record["committed"], "record")
+    assert commit == record["commit"] and parse_utc(when, "git") == parse_utc(record["committed"], "record")
     assert _git("show", "--format=", "--name-only", commit).splitlines() == [rel]  # the plan alone
     blob = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, check=True).stdout
     assert hashlib.sha256(blob).hexdigest() == record["sha256"]
@@ -612,6 +614,8 @@ def _malformed(tmp_path, content, name="p.json"):
 
 
 V3 = json.loads(PLAN_V3_PATH.read_text())
+#: what a caller that trains the plan passes (the book floor does not know the engine's settings).
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 
 
 @pytest.mark.parametrize("content, match", [
@@ -644,7 +648,7 @@ V3 = json.loads(PLAN_V3_PATH.read_text())
 def test_a_malformed_plan_is_one_plan_error_naming_the_file(tmp_path, content, match):
     path = _malformed(tmp_path, content)
     with pytest.raises(PlanError, match=match) as err:
-        load_plan(path, registrations=tmp_path / "none.json")
+        load_plan(path, registrations=tmp_path / "none.json", config_fields=CONFIG_FIELDS)
     assert str(path) in str(err.value) and isinstance(err.value, ValueError) and "\n" not in str(err.value)
 
 

@@ -45,7 +45,7 @@ def wheel_problems(names: list[str]) -> list[str]:
     """What is wrong with a wheel of explr, from the names of its files."""
     problems = []
     if DATA not in names:
-        problems.append(f"{DATA} (package data read by explr.book.stats) is missing")
+        problems.append(f"{DATA} (package data read by explr.book.registration) is missing")
     modules = sorted(p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "explr").rglob("*.py"))
     missing = [m for m in modules if m not in names]
     if missing:

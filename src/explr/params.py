@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "MAX_SEED",
     "FLOAT64_MAX",
     "Choice",
     "Int",
@@ -109,6 +110,8 @@ class Int:
 
 #: the largest finite float64
 FLOAT64_MAX = float(np.finfo(np.float64).max)
+#: what ``torch.manual_seed`` accepts at most (it refuses 2**64).
+MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,12 @@
 * :mod:`explr.book.toy` -- the BN + WD counterexample of Section 3, vectorised over seeds (chapter 4);
 * :mod:`explr.book.flow` -- gradient flow and modified flows with counter terms (chapter 5);
 * :mod:`explr.book.sharpness` -- the Hessian's top eigenvalue, by Lanczos and by power iteration (chapter 5);
-* :mod:`explr.book.stats` -- the statistics of the chapters: fits and levels (log-log slopes, returning
-  levels; chapters 4, 5), and chapter 6's registered analysis plans (``analysis_plan_v3.json`` judges;
-  v1 and v2 are kept), their loading and registration checks, power analysis and the grid's cost;
+* :mod:`explr.book.fits` -- fits and levels of recorded time series (log-log slopes, returning levels;
+  chapters 4, 5);
+* :mod:`explr.book.registration` -- chapter 6's analysis plans (``analysis_plan_v3.json`` judges; v1 and v2
+  are kept) and their registration, checked against git;
+* :mod:`explr.book.stats` -- chapter 6's statistics: verdicts, power analysis, the runs a plan judges and the
+  grid's cost;
 * :mod:`explr.book.verdicts` -- plan v3's decision rule (paired one-sided superiority, TOST, Holm), hashed by
   its registration;
 * :mod:`explr.book.digits` -- scikit-learn's 8×8 digits, the small real dataset of chapters 1-3 and 5;

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..params import Int
+from ..params import MAX_SEED, Int
 
 __all__ = ["Checks", "EXACTNESS", "MEMORY", "bound", "count", "held", "most", "seed_rule", "shown"]
 
@@ -75,9 +75,7 @@ def count(minimum: int, what: str, bytes_each: float, share: int = 1, note: str 
 
 def seed_rule(used: int = 1) -> Int:
     """The rule of a chapter's ``seed`` when seeds ``seed`` ... ``seed + used - 1`` go to ``torch.manual_seed``:
-    an integer in [0, MAX_SEED - used + 1] (:data:`explr.cifar10.config.MAX_SEED`, the engine's bound)."""
-    from ..cifar10.config import MAX_SEED
-
+    an integer in [0, MAX_SEED - used + 1] (:data:`explr.params.MAX_SEED`)."""
     note = " (what torch.manual_seed takes" + (f", up to seed + {used - 1})" if used > 1 else ")")
     return Int(0, maximum=MAX_SEED - (used - 1), note=note)
 

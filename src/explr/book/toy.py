@@ -37,7 +37,7 @@ Quantities of the theorem (all exact for this data distribution):
 * the angle between consecutive iterates, ∠(w_t, w_{t+1}) (:func:`explr.invariance.step_angle`), whose
   RMS settles near √(2ηλ) once the norm is in equilibrium (:func:`explr.invariance.equilibrium_step_angle`,
   exact identity: :func:`explr.invariance.angular_identity_gap`).  Statistics of the recorded error
-  (returning levels, longest stretches) are in :mod:`explr.book.stats`.
+  (returning levels, longest stretches) are in :mod:`explr.book.fits`.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..lr_scheduler import max_rescale_above
-from ..params import Choice, Flag, Float, Int, Numbers, Text
+from ..params import MAX_SEED, Choice, Flag, Float, Int, Numbers, Text
 from ..schedules import alpha, check_milestones
 from ..schedules import CORRECTIONS
 
@@ -40,7 +40,6 @@ __all__ = [
     "LR_MAX",
     "RESCALE_ABOVE_MAX",
     "MAX_EPOCHS",
-    "MAX_SEED",
     "MAX_DEPTH",
     "MAX_THREADS",
     "MAX_DEVICE_INDEX",
@@ -74,8 +73,6 @@ LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).ma
 #: :class:`~explr.lr_scheduler.PerStepLR` sets for float32 weights (:func:`~explr.lr_scheduler.max_rescale_above`).
 RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
 MAX_EPOCHS = 100_000
-#: what ``torch.manual_seed`` accepts at most (it refuses 2**64).
-MAX_SEED = 2**64 - 1
 #: the deepest PreResNet: 6n + 2 with n = 200, He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet
 #: trained in the literature (19.4M parameters).  Building and training cost grow linearly with the depth, and far
 #: deeper ones only run out of memory after minutes (6,000,002: a MemoryError after 90 s) or never finish building.
