@@ -93,7 +93,7 @@ $(COMPAT_VENV)/.installed-$(COMPAT_TORCH): requirements.lock
 
 compat: $(STAMP) $(COMPAT_VENV)/.installed-$(COMPAT_TORCH)  ## the scheduler's and the schedules' tests at the declared torch floor (a side venv in _build/compat-venv) and at the pin
 	PYTHONPATH=src $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) -p no:cacheprovider -q
-	$(PY) -m pytest $(COMPAT_TESTS) -p no:cacheprovider -q
+	PYTHONPATH=src $(PY) -m pytest $(COMPAT_TESTS) -p no:cacheprovider -q
 
 clean:  ## remove build output (keeps .venv)
 	rm -rf _build

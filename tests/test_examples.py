@@ -9,6 +9,8 @@ import pytest
 #: the modules whose public names (their ``__all__``) each need an example, if callable
 MODULES = ["explr.schedules", "explr.lr_scheduler"]
 FLAGS = doctest.NORMALIZE_WHITESPACE
+#: the widest code line that the API page shows without scrolling sideways (its column at 1280 px)
+WIDTH = 88
 
 
 def public_callables():
@@ -36,6 +38,9 @@ def test_every_public_builder_has_an_example_that_runs_as_written(name, obj, one
     results, report = run(obj, name)
     assert results.attempted >= 2, f"{name}'s Example: has {results.attempted} statement(s)"
     assert results.failed == 0, report
+    wide = [line for line in doc[doc.index("Example:"):].splitlines()
+            if line.startswith((">>>", "...")) and len(line) > WIDTH]
+    assert not wide, f"{name}'s Example: has code lines wider than the API page's column ({WIDTH}): {wide}"
 
 
 def test_a_wrong_or_incomplete_example_fails():
@@ -59,3 +64,4 @@ def test_a_wrong_or_incomplete_example_fails():
         assert results == (1, 2 if example is wrong_output else 1), report
     assert "Expected:\n    0.06\nGot:\n    0.05" in run(wrong_output, "wrong_output")[1]
     assert "NameError: name 'step_decay' is not defined" in run(no_import, "no_import")[1]
+

@@ -141,14 +141,15 @@ class PerStepLR(LRScheduler):
     >>> from explr import PerStepLR
     >>> from explr.invariance import make_scale_invariant
     >>> from explr.schedules import step_decay, texp
-    >>> model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
-    ...                             torch.nn.Linear(32, 3))
-    >>> frozen = make_scale_invariant(model)  # BN's affine, the biases and the last layer
+    >>> model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.BatchNorm1d(32),
+    ...                             torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    >>> frozen = make_scale_invariant(model)  # BN's affine, the biases, the last layer
     >>> weights = [p for p in model.parameters() if p.requires_grad]
-    >>> opt = torch.optim.SGD(weights, lr=0.1, momentum=0.9)  # no weight_decay: the schedule has it
-    >>> schedule = texp(step_decay(0.1, epochs=4, steps_per_epoch=50, milestones=[2, 3]), wd=5e-4, momentum=0.9)
+    >>> opt = torch.optim.SGD(weights, lr=0.1, momentum=0.9)  # no weight_decay here
+    >>> lr = step_decay(0.1, epochs=4, steps_per_epoch=50, milestones=[2, 3])
+    >>> schedule = texp(lr, wd=5e-4, momentum=0.9)  # the schedule has the weight decay
     >>> sched = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
-    >>> x, y = torch.randn(200, 16, 10), torch.randint(0, 3, (200, 16))  # 200 batches of 16
+    >>> x, y = torch.randn(200, 16, 10), torch.randint(0, 3, (200, 16))  # 200 batches
     >>> for k in range(200):
     ...     opt.zero_grad()
     ...     F.cross_entropy(model(x[k]), y[k]).backward()
@@ -156,10 +157,10 @@ class PerStepLR(LRScheduler):
     ...     sched.step()
     >>> sched.last_epoch, sched.rescale_count, sched.rescale
     (200, 1, 0.25)
-    >>> print(f"{schedule.lr[-1]:.6f} {opt.param_groups[0]['lr']:.6f}")  # the schedule's lr, the played one
+    >>> print(f"{schedule.lr[-1]:.6f} {opt.param_groups[0]['lr']:.6f}")  # schedule, played
     0.001112 0.000278
     >>> resumed = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
-    >>> resumed.load_state_dict(sched.state_dict())  # with the model's and the optimizer's state: exact resume
+    >>> resumed.load_state_dict(sched.state_dict())  # with the model's and optimizer's
     """
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
