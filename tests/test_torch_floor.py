@@ -73,7 +73,7 @@ def test_a_missing_internal_is_one_import_error_naming_the_tested_versions():
         torch_support.check_torch(["step() counts _step_count and calls _update_lr()"])
     message = str(err.value)
     assert "\n" not in message and "torch 2.13.0 and 2.14.1 (the tested versions)" in message
-    assert message.endswith("step() counts _step_count and calls _update_lr(). Install torch>=2.13.0")
+    assert message.endswith("calls _update_lr(). Install a tested one: pip install 'torch>=2.13.0,<=2.14.1'")
     torch_support.check_torch([])
 
 
@@ -88,7 +88,8 @@ def test_the_check_runs_when_explr_is_imported():
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"ImportError: explr\.lr_scheduler: PerStepLR relies on .* torch 2\.13\.0 and 2\.14\.1 .*: "
-                        r"SequentialLR switches to a scheduler with _update_lr\(0\)\. Install torch>=2\.13\.0", last)
+                        r"SequentialLR switches to a scheduler with _update_lr\(0\)\. Install a tested one: "
+                        r"pip install 'torch>=2\.13\.0,<=2\.14\.1'", last)
 
 
 def test_the_tested_versions_are_the_compat_floor_and_the_pin():

@@ -106,8 +106,9 @@ def max_rescale_above(dtype) -> float:
 class PerStepLR(LRScheduler):
     """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
 
-    :param optimizer: any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
-        ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
+    :param optimizer: any ``torch.optim`` optimizer, every group's lr a finite number > 0 (a float or a one-element
+        tensor) and its ``weight_decay`` finite; one without ``weight_decay`` (LBFGS, SparseAdam, Rprop) only with a
+        zero ``wd``; ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
     :param lr: (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
         :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
         be the optimizer's) or a :class:`~explr.schedules.PlainSchedule` (its lr and wd, played as given).

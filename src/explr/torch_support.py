@@ -78,4 +78,5 @@ def check_torch(missing: list[str]) -> None:
     if missing:
         raise ImportError(f"explr.lr_scheduler: PerStepLR relies on private scheduler internals of torch "
                           f"{' and '.join(TORCH_TESTED)} (the tested versions) that torch {torch.__version__} does not "
-                          f"have: {'; '.join(missing)}. Install torch>={TORCH_TESTED[0]}")
+                          f"have: {'; '.join(missing)}. Install a tested one: "
+                          f"pip install 'torch>={TORCH_TESTED[0]},<={TORCH_TESTED[-1]}'")
