@@ -12,7 +12,7 @@ export OMP_NUM_THREADS ?= 1
 # a committed notebook's cells, and the SLURM tests, share one worker (tests/arithmetic.py).  JOBS=1 for one.
 JOBS    ?= $(shell $(PYTHON) -c "import os; print(max(1, len(os.sched_getaffinity(0))))")
 
-.PHONY: help install lock book test lint browser-check chapter execute unit clean
+.PHONY: help install lock book test lint browser-check chapter execute unit compat clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -91,6 +91,26 @@ chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" 
 execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: make execute N=02
 	@test -n "$(N)" || { echo "usage: make execute N=02"; exit 2; }
 	cd book && ../$(VENV)/bin/jupyter execute --inplace $$(ls $(N)_*.ipynb | head -n 1)
+
+# `make compat`: PerStepLR's and the schedules' tests, and the trained equivalences, at the oldest torch that
+# pyproject.toml declares (explr.torch_support.TORCH_TESTED[0]; a test keeps it equal to COMPAT_TORCH) in a side
+# venv with the rest of the stack at the lock's versions, then the same tests in .venv at the pin.  pip takes torch
+# from the configured index (a CPU build where PIP_FIND_LINKS or PIP_INDEX_URL points at one).
+COMPAT_TORCH ?= 2.13.0
+COMPAT_VENV  := _build/compat-venv
+COMPAT_TESTS := tests/test_lr_scheduler.py tests/test_schedules.py tests/test_per_step.py tests/test_params.py \
+                tests/test_torch_floor.py tests/test_examples.py tests/test_equivalence.py tests/test_invariance.py \
+                tests/test_sgd.py tests/test_norm_recursion.py
+$(COMPAT_VENV)/.installed-$(COMPAT_TORCH): requirements.lock
+	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	grep -vE '^(torch|torchvision|triton|nvidia-[^=]+|cuda-[^=]+)==' requirements.lock > $(COMPAT_VENV)/constraints.txt
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -c $(COMPAT_VENV)/constraints.txt torch==$(COMPAT_TORCH) \
+		numpy scikit-learn tqdm pytest
+	@touch $@
+
+compat: $(STAMP) $(COMPAT_VENV)/.installed-$(COMPAT_TORCH)  ## the scheduler's and the schedules' tests at the declared torch floor (a side venv in _build/compat-venv) and at the pin
+	PYTHONPATH=src $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) -p no:cacheprovider -q
+	PYTHONPATH=src $(PY) -m pytest $(COMPAT_TESTS) -p no:cacheprovider -q
 
 clean:  ## remove build output (keeps .venv)
 	rm -rf _build

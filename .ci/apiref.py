@@ -18,12 +18,21 @@ resolve is looked up again as Python would, in that module's namespace, and reso
 module and name, where autodoc documented it; a constant (it has no ``__module__``) to the one documented
 object of its name, as Sphinx resolves ``.NAME``. A name Python does not find there, or an object the
 page does not document (or, for a constant, documents twice), stays unresolved and fails the ``-n`` build.
+
+**LR curves.** Under each public scheduler and schedule builder (:func:`lr_curves` names them) the page shows its
+learning rate per step, as torch's documentation does: drawn when the book is built, as an SVG in the build folder
+(``api_figures/``), and appended to the docstring as a numbered figure.  A name of :func:`lr_curves` that the page
+never documents is a build warning (so -W fails).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import warnings
+from functools import cache
+from pathlib import Path
 
 from docutils import nodes
 from docutils.statemachine import StringList
@@ -166,8 +175,126 @@ def public_where_defined(app, what, name, obj, skip, options):
     return None
 
 
+# the CIFAR-10 recipe the curves are drawn for: lr 0.1, 200 epochs of 391 steps, step decay at 100 and 150
+RECIPE = dict(lr=0.1, epochs=200, steps_per_epoch=391)
+MILESTONES = [100, 150]
+WD, MOMENTUM = 5e-4, 0.9
+RESCALE_ABOVE = 1.0
+EVERY = 20  # the curves are drawn at every 20th step (3,910 points of 78,200)
+#: the names whose figure this build appended (reset when a build starts; checked when the documents are read)
+SHOWN: set[str] = set()
+
+
+@cache
+def lr_curves() -> dict[str, tuple[str, dict[str, object]]]:
+    """{documented name: (caption, {label: lr per step})}: the recipe's schedule as each builder makes it (with the
+    ordinary schedule it starts from), and for ``PerStepLR`` the lr it writes into the optimizer with
+    ``rescale_above``, under the schedule's own.  Names in ``LOG_SCALE`` are drawn on a log axis."""
+    import numpy as np
+    import torch
+
+    from explr.lr_scheduler import PerStepLR
+    from explr.schedules import cosine, exp_lr, step_decay, texp, texp_minus_minus, texp_plus_plus
+
+    step = step_decay(**RECIPE, milestones=MILESTONES)
+    per_step = cosine(**RECIPE, per="step")
+    steps = len(step)
+    equivalent = texp(step, WD, MOMENTUM)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=RECIPE["lr"], momentum=MOMENTUM)
+    sched = PerStepLR.from_schedule(opt, equivalent, rescale_above=RESCALE_ABOVE)
+    played = np.empty(steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # no optimizer.step(): only the lr is drawn
+        for k in range(steps):
+            played[k] = opt.param_groups[0]["lr"]
+            if k + 1 < steps:
+                sched.step()
+    recipe = f"lr 0.1, {RECIPE['epochs']} epochs of {RECIPE['steps_per_epoch']} steps"
+    decay = f"step decay ({recipe}, ÷10 at epochs 100 and 150)"
+    with_wd = f"weight decay {WD:g}, momentum {MOMENTUM:g}"
+    return {
+        "explr.schedules.step_decay": (f"The {decay}.", {"step_decay": step}),
+        "explr.schedules.cosine": (f"Cosine ({recipe}), constant inside each epoch (per='epoch').",
+                                   {"cosine": cosine(**RECIPE)}),
+        "explr.schedules.exp_lr": (f"exp_lr: constant lr 0.1 with {with_wd}, as an exponential lr.",
+                                   {"exp_lr": exp_lr(RECIPE["lr"], WD, MOMENTUM, steps).lr}),
+        "explr.schedules.texp": (f"texp of the {decay} with {with_wd}.", {"step decay": step, "texp": equivalent.lr}),
+        "explr.schedules.texp_plus_plus": (f"texp_plus_plus of the per-step cosine with {with_wd}.",
+                                           {"cosine per step": per_step,
+                                            "texp++": texp_plus_plus(per_step, WD, MOMENTUM).lr}),
+        "explr.schedules.texp_minus_minus": (f"texp_minus_minus of the {decay} with {with_wd}.",
+                                             {"step decay": step, "texp--": texp_minus_minus(step, WD, MOMENTUM).lr}),
+        "explr.lr_scheduler.PerStepLR": (f"PerStepLR playing texp's schedule (above) with rescale_above="
+                                         f"{RESCALE_ABOVE:g}: the lr written into the optimizer stays below it.",
+                                         {"texp's lr": equivalent.lr, "played": played}),
+    }
+
+
+#: the exponential schedules, drawn on a log axis
+LOG_SCALE = ("explr.schedules.exp_lr", "explr.schedules.texp", "explr.schedules.texp_plus_plus",
+             "explr.schedules.texp_minus_minus", "explr.lr_scheduler.PerStepLR")
+
+
+def draw(name: str, path: Path) -> None:
+    """The curves of ``name`` as an SVG at ``path`` (the book's figure style), with PerStepLR's ``rescale_above``
+    as a dotted line."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from explr.book.plotting import COLORS, FIGURE_WIDTH, setup
+
+    setup()
+    _, curves = lr_curves()[name]
+    fig = Figure(figsize=(FIGURE_WIDTH, 2.8), layout="constrained")
+    ax = fig.add_subplot()
+    colours = {"step decay": COLORS["step"], "step_decay": COLORS["step"], "texp": COLORS["texp"],
+               "texp's lr": COLORS["texp"], "texp++": COLORS["texp++"], "texp--": COLORS["texp--"],
+               "exp_lr": COLORS["texp"], "played": COLORS["theory"], "cosine": COLORS["cosine"],
+               "cosine per step": COLORS["cosine"]}
+    for label, lr in curves.items():
+        k = np.unique(np.r_[np.arange(0, len(lr), EVERY), len(lr) - 1])  # every EVERY-th step: a small SVG
+        ax.plot(k, np.asarray(lr)[k], label=label, color=colours.get(label), lw=1.4)
+    if name in LOG_SCALE:
+        ax.set_yscale("log")
+    if name == "explr.lr_scheduler.PerStepLR":
+        ax.axhline(RESCALE_ABOVE, color=COLORS["theory"], lw=0.8, ls=":", label=f"rescale_above = {RESCALE_ABOVE:g}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    if len(curves) > 1:
+        ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg")
+
+
+def append_lr_curve(app, what, name, obj, options, lines):
+    """``autodoc-process-docstring``: a figure of :func:`lr_curves` under the docstring of each name it has."""
+    if name not in lr_curves():
+        return
+    path = Path(app.doctreedir).parent / "api_figures" / f"{name}.svg"
+    draw(name, path)
+    app.env.note_dependency(__file__)
+    SHOWN.add(name)
+    relative = os.path.relpath(path, Path(app.srcdir) / Path(app.env.docname).parent)
+    caption, _ = lr_curves()[name]
+    lines += ["", f".. figure:: {relative}", f"   :alt: the learning rate per step of {name.rsplit('.', 1)[1]}",
+              "", f"   {caption}", ""]
+
+
+def check_every_curve_shown(app, env):
+    """``env-updated``: once the API page was read in this build (some figure appended), every name of
+    :func:`lr_curves` got its figure; a warning otherwise (-W fails)."""
+    missing = sorted(set(lr_curves()) - SHOWN)
+    if SHOWN and missing:
+        from sphinx.util import logging
+        logging.getLogger(__name__).warning(f"apiref: no LR curve shown for {missing}: the page does not document them")
+    return []
+
+
 def setup(app):
     app.add_directive("cli-options", CliOptions)
     app.connect("missing-reference", resolve_by_scope)
     app.connect("autodoc-skip-member", public_where_defined)
+    app.connect("autodoc-process-docstring", append_lr_curve)
+    app.connect("builder-inited", lambda app: SHOWN.clear())
+    app.connect("env-updated", check_every_curve_shown)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

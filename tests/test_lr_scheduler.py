@@ -565,3 +565,88 @@ def test_a_cuda_tensor_lr_steps_without_synchronising():
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert sched.rescale_count > 0
+
+
+# ----------------------------------------------------------------------------- issue 41: tensor lrs, numpy numbers
+@pytest.mark.parametrize("optimizer", [
+    lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False),
+    lambda params, lr: torch.optim.Adam(params, lr=lr, foreach=False),
+], ids=["SGD", "Adam"])
+def test_a_tensor_lr_resumes_from_its_state(optimizer):
+    """A tensor lr (a compiled or capturable optimizer's): the state's settings are Python numbers, it loads with
+    weights_only, and a fresh scheduler resumes the same lrs."""
+    def build():
+        opt = optimizer([torch.nn.Parameter(torch.ones(3, dtype=torch.float64))], torch.tensor(0.1, dtype=torch.float64))
+        return opt, PerStepLR(opt, LR, 5e-4)
+    opt, sched = build()
+    play(opt, sched, 120)
+    buffer = io.BytesIO()
+    torch.save(sched.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert state["base_lrs"] == [0.1] and type(state["base_lrs"][0]) is float
+    opt2, sched2 = build()
+    sched2.load_state_dict(state)
+    assert sched2.last_epoch == 120 and opt2.param_groups[0]["lr"].item() == LR[120]
+    following = [[float(lr) for lr, _ in row] for row in play(opt2, sched2, 30)]
+    np.testing.assert_array_equal(following, [[float(lr) for lr, _ in row] for row in play(opt, sched, 30)])
+    assert isinstance(opt2.param_groups[0]["lr"], torch.Tensor)
+
+
+def test_numpy_numbers_are_stored_as_python_floats():
+    """rescale_above, the optimizer's lr and weight decay as numpy floats: the scheduler's state (and the optimizer's
+    'initial_lr', which the scheduler writes) hold Python floats, so both load with weights_only."""
+    param = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    opt = torch.optim.SGD([param], lr=np.float64(0.1), momentum=0.9, weight_decay=np.float64(1e-4))
+    sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=np.float64(0.105))
+    play(opt, sched, 150)
+    assert sched.rescale_count > 0
+    buffer = io.BytesIO()
+    torch.save({"scheduler": sched.state_dict(), "optimizer": opt.state_dict()}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    assert loaded["scheduler"] == sched.state_dict()
+    for key in ("rescale_above", "momentum"):
+        assert type(loaded["scheduler"][key]) is float
+    assert [type(x) for x in loaded["scheduler"]["_own_weight_decay"] + loaded["scheduler"]["base_lrs"]] == [float] * 2
+    assert type(opt.param_groups[0]["initial_lr"]) is float
+
+
+@pytest.mark.parametrize("second_lr, shown", [(float("nan"), "nan"), (-0.1, "-0.1"), (0.0, "0.0"),
+                                              (torch.tensor(float("nan")), r"tensor\(nan\)")])
+def test_a_param_group_lr_must_be_finite_and_positive(second_lr, shown):
+    """A NaN group lr is named in one line (not an OverflowError about 2^-3.3); a negative one is refused."""
+    opt = two_group_sgd(second_lr)
+    with pytest.raises(ValueError, match=rf"^PerStepLR: param group 1 has lr = {shown}; it must be a finite number "
+                                         r"> 0 \(every group keeps its lr ratio to the first one\)$"):
+        PerStepLR(opt, LR)
+
+
+def test_a_param_group_weight_decay_must_be_finite():
+    opt = two_group_sgd()
+    opt.param_groups[1]["weight_decay"] = float("inf")
+    with pytest.raises(ValueError, match=r"^PerStepLR: param group 1 has weight_decay = inf; it must be a finite "
+                                         r"number$"):
+        PerStepLR(opt, LR)
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.LBFGS, torch.optim.SparseAdam, torch.optim.Rprop])
+def test_a_weight_decay_that_the_optimizer_would_ignore_is_refused(optimizer):
+    """LBFGS, SparseAdam and Rprop have no weight_decay: a schedule's weight decay is refused, naming the optimizer;
+    without one the schedule plays its lrs and adds no weight_decay key."""
+    def build():
+        return optimizer([torch.nn.Parameter(torch.ones(3, dtype=torch.float64))], lr=0.1)
+    for wd, where in ((5e-4, r"wd = 0\.0005"), (np.r_[np.zeros(299), 1e-4], r"wd\[299\] = 0\.0001")):
+        with pytest.raises(ValueError, match=rf"^wd must be 0 for {optimizer.__name__}: its param group 0 has no "
+                                             rf"'weight_decay', .* got {where} \("):
+            PerStepLR(build(), LR, wd)
+    opt = build()
+    sched = PerStepLR(opt, LR)
+    for k in range(1, 5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # no optimizer.step(): LBFGS's needs a closure
+            sched.step()
+        assert opt.param_groups[0]["lr"] == LR[k] and "weight_decay" not in opt.param_groups[0]
+    kept = build()
+    kept.param_groups[0][lr_scheduler.INVARIANT_KEY] = False  # a group out of the schedule's weight decay is fine
+    PerStepLR(kept, LR, 5e-4)

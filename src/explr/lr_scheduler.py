@@ -1,12 +1,7 @@
 """A drop-in PyTorch scheduler that plays a per-step (lr, weight decay) schedule into an optimizer.
 
-Typical use with any schedule of :mod:`explr.schedules`::
-
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # no weight_decay here
-    schedule = texp(step_decay(0.1, 200, 391, [100, 150]), 5e-4, 0.9)
-    sched = PerStepLR.from_schedule(opt, schedule, rescale_above=1e3, model=model)
-    for x, y in batches:
-        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step(); sched.step()
+It plays any schedule of :mod:`explr.schedules`: call ``sched.step()`` after every ``optimizer.step()``, as with
+torch's schedulers.  :class:`PerStepLR`'s example is a complete training loop (run as a doctest by the tests).
 
 **Equivalent rescaling** (Li & Arora, Definition 2.3, momentum form of Lemma 2.6): for a scale-invariant
 loss the SGD states (θ, v, lr, wd) and (cθ, v/c, c²·lr, wd/c²) have the same future in function space.
@@ -63,11 +58,15 @@ from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 from .models import rescale_running_statistics
 from .params import is_int, is_real
 from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
+from .torch_support import check_torch, missing_torch_internals
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "max_rescale_above"]
 
 #: Param-group key: ``False`` keeps the group out of the schedule's weight decay and out of rescaling.
 INVARIANT_KEY = "scale_invariant"
+
+#: What PerStepLR accepts as a param group's lr (and ``state_dict()['base_lrs']`` holds, one per group).
+_GROUP_LR_RULE = "a finite number > 0"
 
 #: Relative change of the model's outputs under θ → 2^8·θ above which the first rescaling warns that the
 #: optimizer's parameters are not scale invariant (an invariant network changes only through BN's eps).
@@ -82,21 +81,34 @@ _COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in 
                 "lr changes; use SequentialLR to run schedulers one after another")
 _CHAINED_INIT = ChainedScheduler.__init__.__code__
 
+check_torch(missing_torch_internals())  # at import: a torch without them fails here, in one line
+
 
 def max_rescale_above(dtype) -> float:
     """The largest ``rescale_above`` for parameters of ``dtype``: a quarter of its largest value.
 
     PerStepLR rescales as soon as the lr would exceed ``rescale_above`` (compared in log2, so up to rounding),
     and a rescaling moves the lr by powers of 4: one rescaling quantum of headroom keeps every played lr below
-    the dtype's largest value (float16: 65504 / 4 = 16376)."""
+    the dtype's largest value (float16: 65504 / 4 = 16376).
+
+    Example:
+
+    >>> import torch
+    >>> from explr.lr_scheduler import max_rescale_above
+    >>> max_rescale_above(torch.float16)
+    16376.0
+    >>> print(f"{max_rescale_above(torch.float32):.4g}")
+    8.507e+37
+    """
     return float(torch.finfo(dtype).max) / 4
 
 
 class PerStepLR(LRScheduler):
     """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
 
-    :param optimizer: any ``torch.optim`` optimizer whose groups read ``lr`` and ``weight_decay``;
-        ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
+    :param optimizer: any ``torch.optim`` optimizer, every group's lr a finite number > 0 (a float or a one-element
+        tensor) and its ``weight_decay`` finite; one without ``weight_decay`` (LBFGS, SparseAdam, Rprop) only with a
+        zero ``wd``; ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
     :param lr: (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
         :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
         be the optimizer's) or a :class:`~explr.schedules.PlainSchedule` (its lr and wd, played as given).
@@ -120,6 +132,36 @@ class PerStepLR(LRScheduler):
     ``log2_rescale`` and the settings (the schedule's length, fingerprint and momentum, ``rescale_above``,
     the groups' base lrs), not the schedule; ``load_state_dict`` refuses a state with other settings, and
     writes the restored lr and weight decay into the optimizer.
+
+    Example: step decay with weight decay played as its exact equivalent without weight decay (:func:`texp`), in a
+    network made scale invariant; once the lr would pass 0.105 the scheduler rescales the weights by 1/2 and the
+    lr by 1/4 (R = 0.25), the same network in function space:
+
+    >>> import torch
+    >>> import torch.nn.functional as F
+    >>> from explr import PerStepLR
+    >>> from explr.invariance import make_scale_invariant
+    >>> from explr.schedules import step_decay, texp
+    >>> model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.BatchNorm1d(32),
+    ...                             torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    >>> frozen = make_scale_invariant(model)  # BN's affine, the biases, the last layer
+    >>> weights = [p for p in model.parameters() if p.requires_grad]
+    >>> opt = torch.optim.SGD(weights, lr=0.1, momentum=0.9)  # no weight_decay here
+    >>> lr = step_decay(0.1, epochs=4, steps_per_epoch=50, milestones=[2, 3])
+    >>> schedule = texp(lr, wd=5e-4, momentum=0.9)  # the schedule has the weight decay
+    >>> sched = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
+    >>> x, y = torch.randn(200, 16, 10), torch.randint(0, 3, (200, 16))  # 200 batches
+    >>> for k in range(200):
+    ...     opt.zero_grad()
+    ...     F.cross_entropy(model(x[k]), y[k]).backward()
+    ...     opt.step()
+    ...     sched.step()
+    >>> sched.last_epoch, sched.rescale_count, sched.rescale
+    (200, 1, 0.25)
+    >>> print(f"{schedule.lr[-1]:.6f} {opt.param_groups[0]['lr']:.6f}")  # schedule, played
+    0.001112 0.000278
+    >>> resumed = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
+    >>> resumed.load_state_dict(sched.state_dict())  # with the model's and optimizer's
     """
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
@@ -132,7 +174,7 @@ class PerStepLR(LRScheduler):
             if wd is not None:
                 raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
             _check_sgd_momentum(optimizer, lr.momentum)
-            self.momentum = lr.momentum
+            self.momentum = float(lr.momentum)
             self._lr, e_lr, self._wd, e_wd = lr.parts()
             self._exponents = (e_lr, e_wd)
         else:
@@ -154,13 +196,17 @@ class PerStepLR(LRScheduler):
                     f"the largest value of the parameters' dtype ({dtype}: {limit * 4:g}; one rescaling step of "
                     f"headroom); got {rescale_above!r}")
         # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
-        bases = [float(g["initial_lr"] if "initial_lr" in g else g["lr"]) for g in optimizer.param_groups]
-        if not bases[0] > 0:
-            raise ValueError("the first param group's lr must be > 0: every group keeps its lr ratio to it")
+        groups = optimizer.param_groups
+        bases = [_group_number(g, i, "initial_lr" if "initial_lr" in g else "lr") for i, g in enumerate(groups)]
         self._ratios = [base / bases[0] for base in bases]
+        if last_epoch == -1:  # torch copies 'lr' into 'initial_lr': a Python float, so checkpoints load weights_only
+            for group, base in zip(groups, bases):
+                if not isinstance(group["lr"], torch.Tensor):
+                    group.setdefault("initial_lr", base)
+        _check_weight_decay_is_played(optimizer, self._wd)
         if on_rescale is not None and not callable(on_rescale):
             raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
-        self.rescale_above = rescale_above
+        self.rescale_above = None if rescale_above is None else float(rescale_above)
         self.log2_rescale = 0  # R = 2**log2_rescale: the optimizer runs with lr_k·R and wd_k/R
         self.rescale_count = 0
         self.model, self.on_rescale = model, on_rescale
@@ -171,7 +217,8 @@ class PerStepLR(LRScheduler):
         for array in (self._lr, self._wd, *(self._exponents or ())):  # contiguous already: no copies
             digest.update(np.ascontiguousarray(array))
         self.fingerprint = digest.hexdigest()[:16]
-        self._own_weight_decay = [g.get("weight_decay") for g in optimizer.param_groups]
+        self._own_weight_decay = [_group_number(g, i, "weight_decay") if "weight_decay" in g else None
+                                  for i, g in enumerate(groups)]
         dtype = _smallest_dtype(optimizer)
         self._dtype_max = float(torch.finfo(dtype).max) if dtype is not None else math.inf
         super().__init__(optimizer, last_epoch)
@@ -284,7 +331,7 @@ class PerStepLR(LRScheduler):
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-            if invariant:
+            if invariant and "weight_decay" in group:
                 group["weight_decay"] = wd
         self._last_lr = [g["lr"].clone() if isinstance(g["lr"], torch.Tensor) else g["lr"]
                          for g in self._optimizer.param_groups]
@@ -380,8 +427,11 @@ class PerStepLR(LRScheduler):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Exactly ``_STATE_KEYS`` (lists copied): a new attribute never enters checkpoints by itself."""
-        return {key: copy.copy(getattr(self, key)) for key in _STATE_KEYS}
+        """Exactly ``_STATE_KEYS`` (lists copied): a new attribute never enters checkpoints by itself.  The settings
+        are Python numbers (a tensor lr's ``base_lrs`` too), so the state loads with ``weights_only=True``."""
+        state = {key: copy.copy(getattr(self, key)) for key in _STATE_KEYS}
+        state["base_lrs"] = [float(base) for base in self.base_lrs]
+        return state
 
     @staticmethod
     def _trajectory(state: dict) -> dict:
@@ -424,7 +474,7 @@ class PerStepLR(LRScheduler):
             _require(state, key, state[key] is None or is_real(state[key]), "None or a finite number")
         bases = state["base_lrs"]  # one per param group: their number is compared with this scheduler's next
         _require(state, "base_lrs", isinstance(bases, (list, tuple)) and len(bases) >= 1
-                 and all(is_real(b) and b > 0 for b in bases), "a list of finite numbers > 0, one per param group")
+                 and all(map(_is_lr, bases)), f"a list of {_GROUP_LR_RULE}, one per param group")
 
     def _check_progress(self, state: dict) -> None:
         """The progress of a state of this schedule is one this scheduler reaches (module docstring):
@@ -472,6 +522,40 @@ def _require(state: dict, key: str, ok: bool, rule: str) -> None:
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise ValueError(f"PerStepLR.load_state_dict: {key} = {shown} must be {rule}; the state was not written by "
                          "this scheduler (hand-edited?)")
+
+
+def _is_lr(value) -> bool:
+    """A param group's lr as PerStepLR accepts it (``_GROUP_LR_RULE``)."""
+    return is_real(value) and value > 0
+
+
+def _group_number(group: dict, i: int, key: str) -> float:
+    """``group[key]`` (a number or a one-element tensor) as a float: ``_GROUP_LR_RULE`` for an lr, finite for a
+    weight decay; ``ValueError`` naming the group, the key and the value otherwise."""
+    value = group[key]
+    number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    ok, rule = (is_real(number), "a finite number") if key == "weight_decay" else (_is_lr(number), _GROUP_LR_RULE)
+    if not ok:
+        shown = value if isinstance(value, torch.Tensor) else number
+        raise ValueError(f"PerStepLR: param group {i} has {key} = {shown!r}; it must be {rule}"
+                         + ("" if key == "weight_decay" else " (every group keeps its lr ratio to the first one)"))
+    return float(number)
+
+
+def _check_weight_decay_is_played(optimizer, wd) -> None:
+    """``ValueError`` if the schedule has a weight decay but a param group that takes it (``scale_invariant`` not
+    False) has no ``weight_decay`` (LBFGS, SparseAdam, Rprop): the optimizer would ignore it without a word."""
+    nonzero = np.flatnonzero(np.atleast_1d(wd))
+    if not nonzero.size:
+        return
+    for i, group in enumerate(optimizer.param_groups):
+        if group.get(INVARIANT_KEY, True) is not False and "weight_decay" not in group:
+            k = int(nonzero[0])
+            where = f"wd[{k}] = {float(np.atleast_1d(wd)[k])!r}" if np.ndim(wd) else f"wd = {float(wd)!r}"
+            raise ValueError(
+                f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
+                f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or use an "
+                "optimizer with weight_decay)")
 
 
 def _smallest_dtype(optimizer):

@@ -38,9 +38,6 @@ __all__ = [
     "Folder",
     "Numbers",
     "check_parameters",
-    "is_int",
-    "is_real",
-    "is_real_type",
 ]
 
 

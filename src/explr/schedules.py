@@ -32,12 +32,12 @@ float64's 1.8e308).  :class:`explr.lr_scheduler.PerStepLR` plays it from there w
 that is a power of two, so a run of any length stays finite in float32 or bf16.
 
 **The checks of per-step inputs** are written here once, for the converters below, :mod:`explr.lr_scheduler` and
-:mod:`explr.invariance`: each returns the checked value (a float, an int or a new float64 array) or raises an error
-that names the argument, the rule and, for arrays, the first step that breaks it (``lr[3] = -0.1``).  Schedules take
-finite rates with lr > 0 and wd ≥ 0 (:func:`per_step_array`) and step decay's milestones in [1, epochs − 1]
-(:func:`check_milestones`, also the engine's rule of ``--decay-epochs``); ``PerStepLR`` plays any finite wd
-(:func:`plain_arrays`) and refuses what is not a real number with ``TypeError`` (:func:`real_array`: ``np.asarray``
-would turn ``True`` into 1.0).
+:mod:`explr.invariance` (internal helpers, not in ``__all__``): each returns the checked value (a float, an int or a
+new float64 array) or raises an error that names the argument, the rule and, for arrays, the first step that breaks
+it (``lr[3] = -0.1``).  Schedules take finite rates with lr > 0 and wd ≥ 0 (``per_step_array``) and step decay's
+milestones in [1, epochs − 1] (``check_milestones``, also the engine's rule of ``--decay-epochs``); ``PerStepLR``
+plays any finite wd (``plain_arrays``) and refuses what is not a real number with ``TypeError`` (``real_array``:
+``np.asarray`` would turn ``True`` into 1.0).
 """
 from __future__ import annotations
 
@@ -61,20 +61,12 @@ __all__ = [
     "step_decay",
     "cosine",
     "CORRECTIONS",
-    "check_real",
-    "check_momentum",
-    "check_positive_int",
-    "check_milestones",
-    "per_step_array",
-    "plain_arrays",
-    "real_array",
-    "RULES",
 ]
 
 
 # ----------------------------------------------------------------------------- the checks of per-step inputs
-#: What PerStepLR accepts, per argument (its errors quote these).
-RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
+# What PerStepLR accepts, per argument (its errors quote these).
+_RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
 
 
 def check_real(name: str, value) -> float:
@@ -143,8 +135,8 @@ def plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
                          f"shape {lr.shape}")
     if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
         raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
-    _refuse_first_bad_step("lr", lr, ~np.isfinite(lr) | (lr <= 0), RULES["lr"])
-    _refuse_first_bad_step("wd", np.atleast_1d(wd), ~np.isfinite(np.atleast_1d(wd)), RULES["wd"])
+    _refuse_first_bad_step("lr", lr, ~np.isfinite(lr) | (lr <= 0), _RULES["lr"])
+    _refuse_first_bad_step("wd", np.atleast_1d(wd), ~np.isfinite(np.atleast_1d(wd)), _RULES["wd"])
     return lr, float(wd) if wd.ndim == 0 else wd
 
 
@@ -162,7 +154,7 @@ def real_array(name: str, value) -> np.ndarray:
         k, x = next((k, x) for k, x in enumerate(items) if not is_real_type(type(x)))
         x = x.item() if isinstance(x, np.generic) else x
         where = f"{name}[{k}]" if np.ndim(value) else name
-        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {RULES[name]} "
+        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[name]} "
                         "(floats or ints; not bools or strings)")
     return np.array(value, dtype=np.float64)
 
@@ -193,6 +185,16 @@ class EquivalentSchedule:
 
     Derived (float64, ``inf`` / 0 where the value is outside float64's range):
     ``lr`` = lr̃_k, ``wd`` = wd̃_k (add ``wd[k] * θ`` to the gradient), ``scale`` = P_k.
+
+    Example: the converters build it; at λ = 1e-2 over 78,200 steps its lr leaves float64's range, its log does not
+    (:class:`~explr.lr_scheduler.PerStepLR` plays it from :meth:`parts`):
+
+    >>> import numpy as np
+    >>> from explr.schedules import exp_lr
+    >>> schedule = exp_lr(0.1, 1e-2, 0.9, steps=78200)
+    >>> mantissas, exponents, _, _ = schedule.parts()
+    >>> print(f"{schedule.log_lr[-1]:.1f}", schedule.lr[-1], np.isfinite(mantissas).all())
+    1747.7 inf True
     """
 
     log_lr: np.ndarray
@@ -242,6 +244,14 @@ class PlainSchedule:
     ``.scale``, ``.momentum``, ``.name``, ``len()`` -- so :class:`~explr.lr_scheduler.PerStepLR`,
     :func:`explr.sgd.train_sgd` and the CIFAR-10 engine take either.  ``lr``: (steps,) array; ``wd``: a
     number or a (steps,) array.  ``momentum`` is ``None``: a plain schedule fits any optimizer.
+
+    Example: step decay with weight decay 5e-4, the ordinary run that :func:`texp` makes an equivalent of:
+
+    >>> from explr.schedules import PlainSchedule, step_decay
+    >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
+    >>> plain = PlainSchedule(lr, 5e-4, name="step")
+    >>> len(plain), plain.first_lr, plain.wd, plain.momentum
+    (300, 0.1, 0.0005, None)
     """
 
     lr: np.ndarray
@@ -299,6 +309,15 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
 
     Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
     λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
+
+    Example: the standard values, and a weight decay too large for any equivalent:
+
+    >>> from explr.schedules import alpha
+    >>> round(alpha(0.1, 5e-4, 0.9), 7)
+    0.9994977
+    >>> alpha(0.1, 0.1, 0.9)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: lr*wd = 0.01 (lr=0.1, wd=0.1) is outside the valid range ...
     """
     lr, wd, gamma = check_real("lr", lr), check_real("wd", wd), check_momentum(momentum)
     if lr <= 0:
@@ -366,6 +385,21 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
     θ̃_{−1} = α θ_0).  With PyTorch's zero initial buffer this is a one-step extra weight decay
     at step 0, c_0 = (α − (1 − λη)) / (lr̃_0 α)  (negative for λ > 0, zero when γ = 0).
     ``start_correction=False`` drops it, to show the error that follows.
+
+    Example: 1,000 steps at η = 0.1, λ = 5e-4, γ = 0.9; the lr grows by α⁻² a step, and the one-step weight decay
+    at step 0 is the start correction:
+
+    >>> from explr.schedules import alpha, exp_lr
+    >>> schedule = exp_lr(0.1, 5e-4, 0.9, steps=1000)
+    >>> len(schedule), schedule.name
+    (1000, 'exp_lr')
+    >>> lr = schedule.lr
+    >>> print(f"{lr[0]:.6f} {lr[-1]:.6f} {lr[1] / lr[0]:.7f}")
+    0.100050 0.272998 1.0010053
+    >>> print(f"{alpha(0.1, 5e-4, 0.9) ** -2:.7f}")
+    1.0010053
+    >>> print(f"{schedule.wd[0]:.5f}", float(schedule.wd[1:].max()))
+    -0.00452 0.0
     """
     steps = check_positive_int("steps", steps)
     a = alpha(lr, wd, momentum)
@@ -387,6 +421,20 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     Exactness needs a momentum correction where each phase starts (one-step extra WD,
     see the module docstring).  ``corrections``: ``"all"`` (exact), ``"start"`` (only at
     step 0: the phase corrections are tiny for standard values) or ``"none"``.
+
+    Example: step decay ÷10 at epoch 2 of 3 (100 steps an epoch) with weight decay 5e-4, and its equivalent
+    without weight decay: the lr grows inside each phase and drops where a phase starts, and the one-step
+    corrections sit at the phases' starts:
+
+    >>> from explr.schedules import step_decay, texp
+    >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
+    >>> schedule = texp(lr, wd=5e-4, momentum=0.9)
+    >>> schedule.name, len(schedule)
+    ('texp[all]', 300)
+    >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
+    0.10005 0.12220 0.01223 0.01235
+    >>> [int(k) for k in (schedule.wd != 0).nonzero()[0]]
+    [0, 200]
     """
     if corrections not in CORRECTIONS:
         raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
@@ -417,6 +465,16 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
     P_k = ∏_{i=1..k} 1/α_i,   lr̃_k = P_k P_{k+1} lr_k,   θ̃_k = P_k θ_k.
 
     ``lr``: per-step array (> 0); ``wd``: scalar or per-step array (>= 0).
+
+    Example: a per-step cosine schedule (its lr changes every step), exact without any weight decay:
+
+    >>> from explr.schedules import cosine, texp_plus_plus
+    >>> lr = cosine(0.1, epochs=3, steps_per_epoch=100, per="step")
+    >>> schedule = texp_plus_plus(lr, wd=5e-4, momentum=0.9)
+    >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 150, 250)))
+    0.10001 0.05608 0.00771
+    >>> print(schedule.wd.min(), schedule.wd.max())
+    0.0 0.0
     """
     gamma = check_momentum(momentum)
     lr_arr = per_step_array("lr", lr, None, positive=True)
@@ -431,6 +489,17 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     depends on η*λ only, this is exactly TEXP of a *constant* LR η*_0 whose WD is cut to
     λ_I η*_I / η*_0 in phase I -- which is the run this schedule is equivalent to (``scale``
     relates to that run, not to the step-decay run passed in).
+
+    Example: the step decay of :func:`texp`'s example: where TEXP drops its lr at step 200, TEXP-- only grows
+    more slowly:
+
+    >>> from explr.schedules import step_decay, texp_minus_minus
+    >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
+    >>> schedule = texp_minus_minus(lr, wd=5e-4, momentum=0.9)
+    >>> schedule.name
+    'texp--[all]'
+    >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
+    0.10005 0.12220 0.12226 0.12348
     """
     lr_arr = per_step_array("lr", lr, None, positive=True)
     wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
@@ -445,6 +514,15 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
 
     ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
     by ``factor`` ∈ (0, 1].
+
+    Example: the usual CIFAR-10 recipe, 200 epochs of 391 steps, ÷10 at epochs 100 and 150:
+
+    >>> from explr.schedules import step_decay
+    >>> lr = step_decay(0.1, epochs=200, steps_per_epoch=391, milestones=[100, 150])
+    >>> len(lr)
+    78200
+    >>> print(*(f"{lr[k]:g}" for k in (0, 100 * 391 - 1, 100 * 391, 150 * 391)))
+    0.1 0.1 0.01 0.001
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
@@ -464,6 +542,12 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     ``per="epoch"``: t = epoch index, T = ``epochs`` (constant inside each epoch -- the form the
     paper's cosine/exponential hybrid converts with TEXP).  ``per="step"``: t = step, T = total
     steps.  t never reaches T, so every LR is > 0.
+
+    Example: 4 epochs of 2 steps, constant inside each epoch:
+
+    >>> from explr.schedules import cosine
+    >>> print(*(f"{x:.4f}" for x in cosine(0.1, epochs=4, steps_per_epoch=2)))
+    0.1000 0.1000 0.0854 0.0854 0.0500 0.0500 0.0146 0.0146
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)

@@ -60,9 +60,15 @@ __all__ = [
     "milestones_at",
 ]
 
+#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.schedule`.
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
+#: the schedules played as an exponential equivalent without weight decay: they need a scale-invariant network
+#: and are played with ``rescale_above``.
 EXPONENTIAL = ("texp", "texp--", "cosine-texp")
+#: the values of ``--precision``: fp32; bf16 (torch.autocast bfloat16, fp32 weights); fp64; auto (bf16 on CUDA,
+#: fp32 elsewhere).
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
+#: the values of ``--compile``: ``torch.compile``'s modes, or none (no compilation).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -72,6 +78,7 @@ LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).ma
 #: the largest ``rescale_above``: float32's largest value / 4, the bound that
 #: :class:`~explr.lr_scheduler.PerStepLR` sets for float32 weights (:func:`~explr.lr_scheduler.max_rescale_above`).
 RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
+#: the most epochs a run may ask for (``--epochs``).
 MAX_EPOCHS = 100_000
 #: the deepest PreResNet: 6n + 2 with n = 200, He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet
 #: trained in the literature (19.4M parameters).  Building and training cost grow linearly with the depth, and far
