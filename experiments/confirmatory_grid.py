@@ -9,21 +9,22 @@ The plan (:data:`explr.book.stats.PLAN_V3_PATH`) names the arms (schedule, momen
 the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when each of its runs finished or was
 declared missing, so a grid stopped anywhere holds whole runs of closed seeds, plus at most one round of runs that
-``--resume`` finishes.  A run
-never stops early on purpose (no deadline); a round in which a run diverged or failed stops the grid after it, with
-the worst exit code of its runs (:class:`explr.cifar10.Status`, as ``python -m explr.cifar10`` returns it: 3
-diverged, 4 a run folder taken by another process, 5 a worker failed, 6 a full disk), once the failures are
-recorded.
+``--resume`` finishes.  A run never stops early on purpose (no deadline); a round in which a run did not finish
+stops the grid after it, once its failures are recorded, with the worst exit code of its runs
+(:class:`explr.cifar10.Status`, as ``python -m explr.cifar10`` returns it: 3 diverged, 4 a run folder taken by
+another process, 5 a worker failed, 6 a full disk; 0 when every run finished).
 
 Failed runs (the plan's ``missing_runs`` rule).  A run that diverged (the engine's status "diverged": a non-finite
 or exploding loss), whose worker failed (status "failed": the pool saw it exit with another code) or whose process
 died without recording its end (its manifest still says "running" and no process holds its lock: a crash, a lost
-machine, SIGKILL) is a failed attempt.  Its run folder is moved, whole (one rename), to
+machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a stopped grid left so, when ``--resume``
+starts) its run folder is moved, whole (one rename), to
 ``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/`` with ``attempt.json`` (``{"status", "message"}``,
 written atomically into the folder before it is moved, so that a grid killed in between records it again, once);
 a failure that left no folder gets an attempt folder holding ``attempt.json`` alone.  The attempt folders are the
-record: the next round of that seed starts the run again from its beginning (its folder is gone) with the same
-seed and recipe, and after :data:`ATTEMPTS` failed attempts the (arm, seed) is declared missing in
+record: ``--resume`` trains the run again from its beginning (its folder is gone) with the same seed and recipe
+(not at once, in the same grid: a broken machine would spend every run's attempts in minutes), and after
+:data:`ATTEMPTS` failed attempts the (arm, seed) is declared missing in
 ``<out>/missing.json``, ``{"missing": [{"arm", "seed", "attempts": [{"status", "message", "folder"}, ...]}]}``,
 rewritten atomically from the attempt folders whenever it changes; it is never trained again, and a seed whose
 arms all finished or are declared missing is closed.  The failed folders lie outside the experiment folders,
@@ -53,8 +54,9 @@ Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run
 Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
 ``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
 missing, malformed or edited plan, an unavailable device, a file where a folder goes, a run folder that cannot be
-used (:func:`explr.cifar10.preflight.check_before_data`) and a manifest that does not parse, all checked before the
-data is loaded; then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
+used (:func:`explr.cifar10.preflight.check_before_data`), a manifest that does not parse and a record of the failed
+runs that cannot be read (:func:`read_attempt`; a file named ``failed``), all checked before the data is loaded;
+then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
 signal's number (the runs record "interrupted"; ``--resume`` continues them); a full disk is exit code 6.
 ``--jobs`` (default: the runs of one round) is capped by the runs and, on the CPU, by the CPUs
 (:func:`explr.cifar10.hardware.workers`).
@@ -144,8 +146,21 @@ def _attempt_folders(home: Path) -> list[tuple[int, Path]]:
 def failed_attempts(out, experiment: str, schedule: str, seed: int) -> list[dict]:
     """The recorded failed attempts of one run, in order: ``{"status", "message", "folder"}`` (``folder`` relative to
     ``out``), read from ``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/attempt.json``."""
-    return [{**json.loads((p / ATTEMPT).read_text()), "folder": str(p.relative_to(out))}
+    return [{**read_attempt(p / ATTEMPT), "folder": str(p.relative_to(out))}
             for _, p in _attempt_folders(_attempts_home(out, experiment, schedule, seed)) if (p / ATTEMPT).is_file()]
+
+
+def read_attempt(path: Path) -> dict:
+    """A failed attempt's ``attempt.json``: an object whose ``status`` and ``message`` are strings; ``ValueError``
+    naming the file otherwise (deleting it would drop an attempt the plan counts)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path} is unreadable ({err}); restore it: it records a failed attempt") from None
+    if not (isinstance(record, dict) and all(type(record.get(k)) is str for k in ("status", "message"))):
+        raise ValueError(f"{path} is not a failed attempt's record (an object with the strings status and message; "
+                         "hand-edited?); restore it")
+    return record
 
 
 def _failure(folder: Path, result: RunResult | None) -> dict | None:
@@ -156,7 +171,7 @@ def _failure(folder: Path, result: RunResult | None) -> dict | None:
     if manifest.get("status") == Status.FINISHED:
         return None
     if (folder / ATTEMPT).is_file():  # being set aside when the grid stopped
-        return json.loads((folder / ATTEMPT).read_text())
+        return read_attempt(folder / ATTEMPT)
     if result is not None:
         return {"status": str(result.status), "message": result.message} if result.status in FAILURES else None
     if manifest.get("status") == Status.DIVERGED:
@@ -294,14 +309,24 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
 def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) -> list[TrainConfig]:
     """What the grid needs checked before its data is loaded: every run's settings (the plan's recipe with
     ``common``), the device, ``jobs``, ``out`` and every run folder in it
-    (:func:`explr.cifar10.preflight.check_before_data`), and with ``resume`` every manifest :func:`grid_runs` reads.
-    Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
+    (:func:`explr.cifar10.preflight.check_before_data`), that ``<out>/failed`` is a folder and ``<out>/missing.json``
+    a file where they exist, and with ``resume`` every manifest :func:`grid_runs` reads and every failed attempt's
+    record (:func:`read_attempt`).  Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
     configs = []
     for name, group in round_plan(plan, plan.seeds, **common).items():
         check_before_data(group, Path(out) / name, resume=resume, jobs=jobs)
         configs += group
+    for path, folder in ((Path(out) / FAILED, True), (Path(out) / MISSING, False)):
+        if path.exists() and path.is_dir() != folder:
+            raise ValueError(f"--out: {path} must be {'a folder' if folder else 'a file'}, the grid's record of its "
+                             "failed runs")
     if resume:
         grid_runs(plan, out)
+        for _, experiment, schedule, seed in _arm_runs(plan, plan.seeds):
+            failed_attempts(out, experiment, schedule, seed)
+            being_set_aside = run_dir(Path(out) / experiment, schedule, seed) / ATTEMPT
+            if being_set_aside.is_file():
+                read_attempt(being_set_aside)
     return configs
 
 

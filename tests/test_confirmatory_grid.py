@@ -158,6 +158,25 @@ def test_a_bogus_status_in_a_manifest_is_one_line_naming_it_before_the_data(tmp_
     assert not loads
 
 
+@pytest.mark.parametrize("record, words", [
+    ("{not json", ("attempt.json", "unreadable", "restore it")),
+    ('{"status": "diverged"}', ("attempt.json", "not a failed attempt's record")),
+    ('["diverged", "nan"]', ("attempt.json", "not a failed attempt's record")),
+    (None, ("failed", "must be a folder")),
+])
+def test_a_bad_record_of_the_failed_runs_is_one_line_before_the_data(record, words, tmp_path, capsys, loads):
+    out = tmp_path / "out"
+    if record is None:
+        out.mkdir()
+        (out / "failed").write_text("x")
+    else:
+        attempt = out / "failed" / "main" / "texp" / "seed100" / "attempt1"
+        attempt.mkdir(parents=True)
+        (attempt / "attempt.json").write_text(record)
+    refused(["--out", str(out), "--device", "cpu", "--resume"], capsys, *words)
+    assert not loads and not (out / "missing.json").exists()
+
+
 def test_bad_data_is_one_line(tmp_path, capsys):
     refused(["--out", str(tmp_path / "out"), "--device", "cpu", "--data", str(tmp_path / "none.npz")], capsys,
             "--data", "no such file")
