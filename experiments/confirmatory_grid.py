@@ -7,9 +7,37 @@
 
 The plan (:data:`explr.book.registration.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds and
 the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
-``seeds[0:k]``, then the next k, ...) and the next round starts only when all of them finished, so a grid stopped
-anywhere holds whole runs of complete seeds, plus at most one round of runs that ``--resume`` finishes.  A run
-never stops early on purpose (no deadline); a run that diverges or fails stops the grid after its round.
+``seeds[0:k]``, then the next k, ...) and the next round starts only when each of its runs finished or was
+declared missing, so a grid stopped anywhere holds whole runs of closed seeds, plus at most one round of runs that
+``--resume`` finishes.  A run never stops early on purpose (no deadline); a round in which a run did not finish
+stops the grid after it, once its failures are recorded, with the worst exit code of its runs
+(:class:`explr.cifar10.Status`, as ``python -m explr.cifar10`` returns it: 3 diverged, 4 a run folder taken by
+another process, 5 a worker failed, 6 a full disk; 0 when every run finished).
+
+Failed runs (the plan's ``missing_runs`` rule).  A run that diverged (the engine's status "diverged": a non-finite
+or exploding loss), whose worker failed (status "failed": the pool saw it exit with another code) or whose process
+died without recording its end (its manifest still says "running" and no process holds its lock: a crash, a lost
+machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a stopped grid left so, when ``--resume``
+starts) its run folder is moved, whole (one rename), to
+``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/`` with ``attempt.json`` (``{"status", "message"}``,
+written atomically into the folder before it is moved, so that a grid killed in between records it again, once);
+a failure that left no folder gets an attempt folder holding ``attempt.json`` alone.  The attempt folders are the
+record: ``--resume`` trains the run again from its beginning (its folder is gone) with the same seed and recipe
+(not at once, in the same grid: a broken machine would spend every run's attempts in minutes), and after
+:data:`ATTEMPTS` failed attempts the (arm, seed) is declared missing in
+``<out>/missing.json``, ``{"missing": [{"arm", "seed", "attempts": [{"status", "message", "folder"}, ...]}]}``,
+rewritten atomically from the attempt folders whenever it changes; it is never trained again, and a seed whose
+arms all finished or are declared missing is closed.  The failed folders lie outside the experiment folders,
+where :func:`explr.cifar10.load_runs` (``<experiment>/*/seed*/manifest.json``) and chapter 6 never see them.  A
+finished run is never rerun (the engine returns it as it is).
+
+A run interrupted by a signal to the grid (SIGINT, SIGTERM, SIGHUP, SIGUSR2; a worker whose parent dies gets
+SIGTERM) is not a failed attempt: the engine catches the signal, records status "interrupted" with the signal's
+name and keeps its last checkpoint, and ``--resume`` continues it from there; so does a run stopped by a full
+disk ("interrupted", exit code 6).  What tells the two apart is the engine's own record: "diverged" and a
+"running" left by a dead process say the run itself went wrong, "interrupted" says it was stopped from outside.
+A grid killed with SIGKILL while its runs train in its own process (``--jobs 1``), or a disk so full that not even
+the manifest could record "interrupted", leaves "running" and reads as a crash: one of the plan's failures.
 
 Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the others into
 ``<out>/ablation-<corrections>/...`` (the layout of ``results/cifar10-full``), each with its manifest, whose
@@ -17,16 +45,18 @@ Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the othe
 plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.registration.load_plan`).
 
 Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
-``load_runs``, ``RunError``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir`` (the dry run's
-interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
+``load_runs``, ``RunError``, ``RunResult``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir``
+(the dry run's interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
 ``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.preflight.check_before_data` and
-:func:`explr.cifar10.lock.handle_signals`.
+:func:`explr.cifar10.lock.handle_signals`; a run folder's record: :func:`explr.cifar10.runfolder.read_manifest`,
+:func:`explr.cifar10.runfolder.write_file` (atomic) and :func:`explr.cifar10.lock.lock_holder`.
 
 Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
 ``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
 missing, malformed or edited plan, an unavailable device, a file where a folder goes, a run folder that cannot be
-used (:func:`explr.cifar10.preflight.check_before_data`) and a manifest that does not parse, all checked before the
-data is loaded; then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
+used (:func:`explr.cifar10.preflight.check_before_data`), a manifest that does not parse and a record of the failed
+runs that cannot be read (:func:`read_attempt`; a file named ``failed``), all checked before the data is loaded;
+then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
 signal's number (the runs record "interrupted"; ``--resume`` continues them); a full disk is exit code 6.
 ``--jobs`` (default: the runs of one round) is capped by the runs and, on the CPU, by the CPUs
 (:func:`explr.cifar10.hardware.workers`).
@@ -34,23 +64,27 @@ signal's number (the runs record "interrupted"; ``--resume`` continues them); a 
 ``--dry-run`` trains the same grid logic on a tiny recipe (synthetic images, PreResNet-8, 2 epochs, the plan's
 first 2 seeds) on the CPU into a temporary folder, and checks the balance and resume rules: one round leaves
 exactly one complete seed; a run interrupted mid-way and a grid rerun without ``--resume`` are handled; the rerun
-with ``--resume`` finishes the grid and leaves the first round's files untouched.
+with ``--resume`` finishes the grid, continues the interrupted run without counting it as a failed attempt and
+leaves the first round's files untouched.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from explr.book.registration import PLAN_V3_PATH, AnalysisPlan, load_plan
-from explr.book.stats import complete_seeds, count_by_arm
-from explr.cifar10 import (RunError, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir, run_plan,
-                           train_run)
+from explr.book.stats import complete_seeds, count_by_arm, open_runs
+from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
+                           run_plan, train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
-from explr.cifar10.lock import DiskFull, exit_code, handle_signals, signal_name
+from explr.cifar10.lock import DiskFull, exit_code, handle_signals, lock_holder, signal_name
+from explr.cifar10.runfolder import MANIFEST, read_manifest, write_file
 from explr.cifar10.preflight import check_before_data
 from explr.params import Int, Text
 
@@ -62,6 +96,12 @@ DRY_IMAGES = (160, 40)  # synthetic training and test images: 5 steps per epoch
 MACHINE = ("data", "data_root", "device")
 #: the rule of --seeds-at-once and --rounds.
 COUNT = Int(1)
+#: attempts a run gets before it is declared missing (the plan's ``missing_runs``: "up to 3 attempts in all").
+ATTEMPTS = 3
+#: the statuses of a run's result that make it a failed attempt (the others: finished, or stopped from outside).
+FAILURES = (Status.DIVERGED, Status.FAILED)
+#: under ``--out``: the failed attempts' folders, and the runs declared missing (module docstring).
+FAILED, MISSING, ATTEMPT = "failed", "missing.json", "attempt.json"
 
 
 def experiment_of(corrections: str) -> str:
@@ -88,23 +128,145 @@ def grid_runs(plan: AnalysisPlan, out) -> list[dict]:
     return [r for name in sorted(folders) if (Path(out) / name).is_dir() for r in load_runs(Path(out) / name)]
 
 
+def _arm_runs(plan: AnalysisPlan, seeds):
+    """``(arm, experiment, schedule, seed)`` of every arm of the plan for each of ``seeds``, in round order."""
+    return [(name, experiment_of(arm["corrections"]), arm["schedule"], k) for k in seeds
+            for name, arm in plan.arms.items()]
+
+
+def _attempts_home(out, experiment: str, schedule: str, seed: int) -> Path:
+    """Where the failed attempts of one run lie: ``<out>/failed/<experiment>/<schedule>/seed<k>``."""
+    return Path(out) / FAILED / experiment / schedule / f"seed{seed}"
+
+
+def _attempt_folders(home: Path) -> list[tuple[int, Path]]:
+    """``(N, folder)`` of the folders ``attempt<N>`` in ``home``, by N."""
+    return sorted((int(p.name[7:]), p) for p in home.glob("attempt*") if p.name[7:].isdigit())
+
+
+def failed_attempts(out, experiment: str, schedule: str, seed: int) -> list[dict]:
+    """The recorded failed attempts of one run, in order: ``{"status", "message", "folder"}`` (``folder`` relative to
+    ``out``), read from ``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/attempt.json``."""
+    return [{**read_attempt(p / ATTEMPT), "folder": str(p.relative_to(out))}
+            for _, p in _attempt_folders(_attempts_home(out, experiment, schedule, seed)) if (p / ATTEMPT).is_file()]
+
+
+def read_attempt(path: Path) -> dict:
+    """A failed attempt's ``attempt.json``: an object whose ``status`` and ``message`` are strings; ``ValueError``
+    naming the file otherwise (deleting it would drop an attempt the plan counts)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path} is unreadable ({err}); restore it: it records a failed attempt") from None
+    if not (isinstance(record, dict) and all(type(record.get(k)) is str for k in ("status", "message"))):
+        raise ValueError(f"{path} is not a failed attempt's record (an object with the strings status and message; "
+                         "hand-edited?); restore it")
+    return record
+
+
+def _failure(folder: Path, result: RunResult | None) -> dict | None:
+    """``{"status", "message"}`` if the run in ``folder`` is a failed attempt (module docstring), else ``None``.
+    ``result``: what this grid's round said of it (``None``: the run folder alone tells).  A finished run is none,
+    whatever its worker's exit code."""
+    manifest = read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
+    if manifest.get("status") == Status.FINISHED:
+        return None
+    if (folder / ATTEMPT).is_file():  # being set aside when the grid stopped
+        return read_attempt(folder / ATTEMPT)
+    if result is not None:
+        return {"status": str(result.status), "message": result.message} if result.status in FAILURES else None
+    if manifest.get("status") == Status.DIVERGED:
+        return {"status": str(Status.DIVERGED), "message": manifest.get("message", "")}
+    if manifest.get("status") == Status.RUNNING and not lock_holder(folder)[1]:
+        return {"status": str(Status.FAILED),
+                "message": "its process ended without recording how (a crash, a lost machine or SIGKILL): its "
+                           f"manifest still said 'running' after {manifest.get('epochs_done', 0)} epochs and no "
+                           "process held its lock"}
+    return None
+
+
+def _set_aside(folder: Path, home: Path, failure: dict) -> None:
+    """Move the failed run ``folder`` (created where the failure left none) to the next ``home/attempt<N>``, with
+    ``attempt.json`` written into it first: a grid stopped in between finds the record in the run folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_file(folder / ATTEMPT, lambda f: f.write((json.dumps(failure, indent=2) + "\n").encode()))
+    home.mkdir(parents=True, exist_ok=True)
+    folder.rename(home / f"attempt{max((n for n, _ in _attempt_folders(home)), default=0) + 1}")
+
+
+def record_failures(plan: AnalysisPlan, out, runs=(), results=None) -> list[dict]:
+    """Set aside every failed attempt among ``runs`` (``(arm, experiment, schedule, seed)``; ``results``: their
+    :class:`~explr.cifar10.RunResult` in order, where this grid just trained them, else their folders tell), then
+    rewrite ``<out>/missing.json`` where it changes.  Returns its entries: the (arm, seed) pairs of the plan with
+    :data:`ATTEMPTS` failed attempts, each with its attempts."""
+    for (_, experiment, schedule, seed), result in zip(runs, results or [None] * len(runs)):
+        folder = run_dir(Path(out) / experiment, schedule, seed)
+        failure = _failure(folder, result)
+        if failure is not None:
+            _set_aside(folder, _attempts_home(out, experiment, schedule, seed), failure)
+    missing = []
+    for arm, experiment, schedule, seed in _arm_runs(plan, plan.seeds):
+        attempts = failed_attempts(out, experiment, schedule, seed)
+        if len(attempts) >= ATTEMPTS:
+            missing.append({"arm": arm, "seed": seed, "attempts": attempts})
+    path, text = Path(out) / MISSING, json.dumps({"missing": missing}, indent=2) + "\n"
+    if (missing or path.is_file()) and not (path.is_file() and path.read_text() == text):
+        write_file(path, lambda f: f.write(text.encode()))
+    return missing
+
+
+class GridResult(NamedTuple):
+    """What :func:`train_grid` leaves: the ``complete`` seeds (every arm finished), the ``missing`` entries of
+    ``missing.json`` and ``exit_code``, the worst :class:`~explr.cifar10.Status` exit code of the runs it trained
+    (0: every one finished)."""
+
+    complete: list[int]
+    missing: list[dict]
+    exit_code: int
+
+
 def train_grid(plan: AnalysisPlan, out, *, arrays, resume: bool = False, jobs: int = 1, seeds_at_once: int = 1,
-               rounds: int | None = None, progress: bool = True, **common) -> list[int]:
+               rounds: int | None = None, progress: bool = True, **common) -> GridResult:
     """Train the plan's grid into ``out`` round by round (module docstring); at most ``rounds`` rounds that still
-    need training.  Returns the seeds complete afterwards (every arm finished).  Without ``resume`` an existing
-    run is refused by the engine (``RunError``) before its round starts."""
+    need training.  With ``resume`` the failed attempts the run folders hold are set aside first and the seeds
+    already closed (each arm finished or declared missing) are skipped; without it an existing run is refused by the
+    engine (``RunError``) before its round starts.  A run declared missing is never trained again; after each round
+    its failed runs are set aside, and a round in which a run did not finish stops the grid."""
     if not COUNT.ok(seeds_at_once) or not (rounds is None or COUNT.ok(rounds)):
         raise ValueError(f"--seeds-at-once and --rounds must be {COUNT.rule()}; got {seeds_at_once}, {rounds}")
-    done = set(complete_seeds(plan, grid_runs(plan, out))) if resume else set()
+    missing = record_failures(plan, out, _arm_runs(plan, plan.seeds)) if resume else []
+    done = set(closed_seeds(plan, out, missing)) if resume else set()
     todo = [k for k in plan.seeds if k not in done]
     batches = [todo[i:i + seeds_at_once] for i in range(0, len(todo), seeds_at_once)][:rounds]
+    names = {(arm["schedule"], arm["corrections"]): name for name, arm in plan.arms.items()}
+    worst = 0
     for seeds in batches:
-        run_plan(round_plan(plan, seeds, **common), out, arrays=arrays, jobs=jobs, resume=resume, progress=progress)
-        if not set(seeds) <= set(complete_seeds(plan, grid_runs(plan, out))):  # from the manifests, not the pool
-            print(f"round of seeds {seeds}: not every run finished (their manifests say why); the grid stops here",
-                  file=sys.stderr)
+        gone = {(m["arm"], m["seed"]) for m in missing}
+        chosen = {e: [c for c in group if (names[c.schedule, c.corrections], c.seed) not in gone]
+                  for e, group in round_plan(plan, seeds, **common).items()}
+        chosen = {e: group for e, group in chosen.items() if group}
+        runs = [(names[c.schedule, c.corrections], e, c.schedule, c.seed) for e, group in chosen.items() for c in group]
+        results = run_plan(chosen, out, arrays=arrays, jobs=jobs, resume=resume, progress=progress) if chosen else []
+        missing = record_failures(plan, out, runs, results)  # run_plan's results are in plan order
+        worst = max([worst, *(r.status.exit_code for r in results)])
+        for (arm, experiment, schedule, seed), r in zip(runs, results):
+            n = len(failed_attempts(out, experiment, schedule, seed)) if r.status in FAILURES else 0
+            if r.status.exit_code:
+                print(f"{arm} seed {seed}: {r.status}"
+                      + (f" (failed attempt {n} of {ATTEMPTS}{', declared missing' if n >= ATTEMPTS else ''})"
+                         if n else "") + f": {r.message}", file=sys.stderr)
+        if worst or not set(seeds) <= set(closed_seeds(plan, out, missing)):  # from the manifests, not the pool
+            print(f"round of seeds {seeds}: not every run finished (their manifests and {FAILED}/ say why); the grid "
+                  "stops here" + ("; --resume starts the failed runs again" if worst else ""), file=sys.stderr)
             break
-    return complete_seeds(plan, grid_runs(plan, out))
+    return GridResult(complete_seeds(plan, grid_runs(plan, out)), missing, worst)
+
+
+def closed_seeds(plan: AnalysisPlan, out, missing) -> list[int]:
+    """The plan's seeds of which every arm has a finished run under ``out`` or is declared ``missing``
+    (:func:`explr.book.stats.open_runs`, the rule by which chapter 6 closes the grid)."""
+    still_open = {k for _, k in open_runs(plan, grid_runs(plan, out), [(m["arm"], m["seed"]) for m in missing])}
+    return [k for k in plan.seeds if k not in still_open]
 
 
 def _check(ok: bool, what: str) -> None:
@@ -122,7 +284,7 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out or tmp)
         first, second = tiny.seeds
-        _check(train_grid(tiny, out, arrays=arrays, rounds=1, progress=False) == [first],
+        _check(train_grid(tiny, out, arrays=arrays, rounds=1, progress=False).complete == [first],
                f"one round leaves exactly seed {first} complete")
         _check(count_by_arm(grid_runs(tiny, out)) == dict.fromkeys(sorted(tiny.arms), 1), "one run per arm")
         before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl")}
@@ -134,8 +296,10 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
         except RunError as err:  # the engine names the folder and --resume
             refused = str(err)
         _check("--resume" in refused, "a rerun without --resume is refused before it trains")
-        _check(train_grid(tiny, out, arrays=arrays, resume=True, progress=False) == [first, second],
-               "--resume finishes the grid: both seeds complete")
+        _check(train_grid(tiny, out, arrays=arrays, resume=True, progress=False) == GridResult([first, second], [], 0),
+               "--resume finishes the grid: both seeds complete, exit code 0")
+        _check(not (out / FAILED).exists() and not (out / MISSING).exists(),
+               "the interrupted run was continued, not counted as a failed attempt")
         _check(all(p.read_bytes() == data for p, data in before.items()), "the first round's files are untouched")
         runs = grid_runs(tiny, out)
         _check(all(len(r["metrics"]["test_acc"]) == DRY_RUN["epochs"] for r in runs),
@@ -146,14 +310,24 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
 def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) -> list[TrainConfig]:
     """What the grid needs checked before its data is loaded: every run's settings (the plan's recipe with
     ``common``), the device, ``jobs``, ``out`` and every run folder in it
-    (:func:`explr.cifar10.preflight.check_before_data`), and with ``resume`` every manifest :func:`grid_runs` reads.
-    Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
+    (:func:`explr.cifar10.preflight.check_before_data`), that ``<out>/failed`` is a folder and ``<out>/missing.json``
+    a file where they exist, and with ``resume`` every manifest :func:`grid_runs` reads and every failed attempt's
+    record (:func:`read_attempt`).  Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
     configs = []
     for name, group in round_plan(plan, plan.seeds, **common).items():
         check_before_data(group, Path(out) / name, resume=resume, jobs=jobs)
         configs += group
+    for path, folder in ((Path(out) / FAILED, True), (Path(out) / MISSING, False)):
+        if path.exists() and path.is_dir() != folder:
+            raise ValueError(f"--out: {path} must be {'a folder' if folder else 'a file'}, the grid's record of its "
+                             "failed runs")
     if resume:
         grid_runs(plan, out)
+        for _, experiment, schedule, seed in _arm_runs(plan, plan.seeds):
+            failed_attempts(out, experiment, schedule, seed)
+            being_set_aside = run_dir(Path(out) / experiment, schedule, seed) / ATTEMPT
+            if being_set_aside.is_file():
+                read_attempt(being_set_aside)
     return configs
 
 
@@ -166,9 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder of the grid's runs")
     add_config_arguments(ap, names=MACHINE)  # as python -m explr.cifar10 takes them
     ap.add_argument("--resume", action="store_true", help="continue the runs already under --out")
+    arms = len(json.loads(PLAN_V3_PATH.read_text())["arms"])
     ap.add_argument("--seeds-at-once", type=argument_type("seeds_at_once", COUNT), default=2,
-                    help="seeds per round (a round trains every arm of each; default 2: 14 runs at once, near the "
-                         "17 processes at which the pilot's throughput was measured)")
+                    help=f"seeds per round (a round trains every arm of each; default 2: {2 * arms} runs at once with "
+                         f"the default plan's {arms} arms)")
     ap.add_argument("--jobs", type=argument_type("jobs", JOBS), default=None,
                     help="processes at once (default: the runs of one round); no more than the runs, nor on the CPU "
                          "than the CPUs this process may use")
@@ -201,7 +376,7 @@ def main(argv=None) -> int:
             configs = check_grid(plan, args.out, resume=args.resume, jobs=jobs, **common)
             arrays = load_cifar10(args.data, args.data_root, progress=args.progress,
                                   batch_size=max(c.batch_size for c in configs))
-            done = train_grid(plan, args.out, arrays=arrays, resume=args.resume, jobs=jobs,
+            grid = train_grid(plan, args.out, arrays=arrays, resume=args.resume, jobs=jobs,
                               seeds_at_once=args.seeds_at_once, rounds=args.rounds, progress=args.progress, **common)
         except ValueError as err:  # settings, device, run folders, manifests, data: one line
             parser.error(str(err))
@@ -212,9 +387,10 @@ def main(argv=None) -> int:
             print(f"{parser.prog}: interrupted by {signal_name(err)}; the runs keep their last checkpoints: rerun "
                   "with --resume to continue the grid", file=sys.stderr)
             return exit_code(err)
-    print(f"complete seeds: {len(done)} of {len(plan.seeds)} ({done}); runs per arm: "
-          f"{count_by_arm(grid_runs(plan, args.out))}")
-    return 0
+    missing = f"; declared missing (in {Path(args.out) / MISSING}): {len(grid.missing)}" if grid.missing else ""
+    print(f"complete seeds: {len(grid.complete)} of {len(plan.seeds)} ({grid.complete}); runs per arm: "
+          f"{count_by_arm(grid_runs(plan, args.out))}{missing}")
+    return grid.exit_code
 
 
 if __name__ == "__main__":
