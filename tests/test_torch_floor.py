@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,11 @@ def test_the_tested_versions_are_the_compat_floor_and_the_pin():
     pin = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
     floor = re.search(r"^COMPAT_TORCH\s*\?=\s*(\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert torch_support.TORCH_TESTED == (floor, pin)
+
+
+def test_the_declared_floor_is_the_oldest_tested_torch():
+    """pyproject.toml declares only what ``make compat`` passed: its torch floor is TORCH_TESTED's first entry."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floor = next(re.fullmatch(r"torch>=(\S+)", d).group(1) for d in dependencies if d.startswith("torch"))
+    oldest = torch_support.TORCH_TESTED[0]
+    assert oldest == floor or oldest.startswith(floor + "."), (floor, oldest)
