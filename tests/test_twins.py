@@ -6,6 +6,9 @@ assumptions, not a bound): an exact twin stays within B_k, the float64 round-off
 the control run measures, also through PerStepLR's rescalings; the twin without corrections departs as
 :func:`departure_estimate` predicts, orders of magnitude above B_k; a twin built for the wrong weight decay, and
 the near twin built for (1 + ε)λ, exceed B_k."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -180,3 +183,31 @@ def test_bad_arguments_name_the_parameter(data):
     assert set(PAIRS) == {"step", "cosine"} and RUNS == ("exact", "uncorrected", "control", "near")
     with pytest.raises(ValueError, match="settings.near"):
         run_unit(build, *data, SETTINGS, "step", "float64", runs=("near",))
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "exact-twins"
+
+
+def test_the_committed_rescaling_experiment_holds_its_claims():
+    """results/exact-twins/rescaling.json (PreResNet-32, real images, from a clean commit): the exact twin is rescaled
+    at least three times and stays within B_k; the near twin and the uncorrected twin exceed it by > 100 at every
+    step the summary covers; the stored summary is what summarise computes from the units."""
+    metrics = json.loads((RESULTS / "rescaling.json").read_text())
+    assert metrics["machine"]["git"]["dirty"] is False and len(metrics["machine"]["git"]["commit"]) == 40
+    row = summarise(metrics)["step"]
+    assert row == metrics["summary"]["step"]
+    assert row["rescalings"] >= 3 and metrics["units"]["step/float64"]["rescalings"]["near"] >= 3
+    assert row["exact_over_roundoff"] <= 1 and row["agree"]
+    assert row["near_over_roundoff"] > 100 and row["near_departs_at"] is not None
+    assert row["uncorrected_over_roundoff"] > 100
+    assert metrics["settings"]["near"] == 1e-6 and "PreResNet-32" in metrics["settings"]["model"]
+
+
+def test_the_committed_48_step_results_read_under_both_names():
+    """metrics.json predates the rename: summarise reads it and gives the estimate's keys and chapter 6's."""
+    metrics = json.loads((RESULTS / "metrics.json").read_text())
+    summary = summarise(metrics)
+    for pair, row in summary.items():
+        assert row["roundoff"] == row["bound"] == metrics["summary"][pair]["bound"]
+        assert row["exact_over_roundoff"] == row["exact_over_bound"] <= 1 and row["rescalings"] == 0
+        assert row["uncorrected_over_roundoff"] == metrics["summary"][pair]["uncorrected_over_bound"] > 1e6
