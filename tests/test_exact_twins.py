@@ -111,6 +111,7 @@ def test_a_dirty_checkout_is_refused_without_allow_dirty(npz, tmp_path, capsys, 
     one_line_exit_2([*argv, "--data", str(npz), "--out", str(tmp_path / "m.json")], capsys, "uncommitted")
 
 
+@pytest.mark.slow
 def test_a_run_records_its_commit_and_resumes(npz, tmp_path, capsys, monkeypatch):
     """Two units written with the source state; a rerun with --resume trains nothing; other settings are refused."""
     monkeypatch.setattr(twins_cli, "source_state", lambda: {"commit": "f" * 40, "dirty": False})
@@ -130,6 +131,7 @@ def test_a_run_records_its_commit_and_resumes(npz, tmp_path, capsys, monkeypatch
     one_line_exit_2([*argv, "--resume", "--seed", "1"], capsys, "another experiment")
 
 
+@pytest.mark.slow
 def test_sigint_prints_one_line_and_leaves_the_results_whole(npz, tmp_path):
     """SIGINT after the first unit is written: exit 130, one line, no traceback, the file a whole JSON object."""
     out = tmp_path / "m.json"
