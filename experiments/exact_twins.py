@@ -127,7 +127,8 @@ def check_out(p: argparse.ArgumentParser, out: Path) -> None:
 
 def check_data_path(p: argparse.ArgumentParser, data: Path) -> None:
     if not data.is_file():
-        p.error(f"--data {data}: no such file (a .npz with uint8 x_train (N,32,32,3), y_train, x_test, y_test)")
+        what = "is a folder" if data.is_dir() else "no such file"
+        p.error(f"--data {data}: {what}; give a .npz with uint8 x_train (N,32,32,3), y_train, x_test, y_test")
 
 
 def read_previous(out: Path) -> dict | None:

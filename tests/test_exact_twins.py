@@ -86,6 +86,7 @@ def test_a_bad_out_exits_2_before_the_compute(npz, tmp_path, capsys, monkeypatch
 def test_a_missing_or_bad_data_file_exits_2_with_one_line(tmp_path, capsys):
     one_line_exit_2([*SMALL, "--data", str(tmp_path / "none.npz"), "--out", str(tmp_path / "m.json")], capsys,
                     "no such file")
+    one_line_exit_2([*SMALL, "--data", str(tmp_path), "--out", str(tmp_path / "m.json")], capsys, "is a folder")
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     one_line_exit_2([*SMALL, "--data", str(bad), "--out", str(tmp_path / "m.json")], capsys, "--data")
