@@ -58,6 +58,9 @@ class Trajectory:
     * ``losses``: (steps,) -- the training loss of every step's batch.
     * ``lrs``: (steps,) -- the learning rate the optimizer actually used (after any rescaling).
     * ``rescale``: float -- the final equivalent-rescaling factor R of the scheduler (1 without).
+    * ``log2_rescales``: (records,) -- log2 R at the recorded steps (``norms`` are in the optimizer's units,
+      ‖θ_k‖·√R; R = 4^−(halvings), so the schedule's own norm is ``norms`` · 2^(−log2_rescales/2)).
+    * ``rescale_count``: int -- how many rescalings the scheduler applied.
     * ``sq_norms``: (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
     * ``sq_updates``: (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
     """
@@ -68,6 +71,8 @@ class Trajectory:
     losses: np.ndarray
     lrs: np.ndarray
     rescale: float
+    log2_rescales: np.ndarray
+    rescale_count: int
     sq_norms: np.ndarray
     sq_updates: np.ndarray
 
@@ -109,7 +114,7 @@ def train_sgd(
     optimizer = torch.optim.SGD(params, lr=first_lr, momentum=momentum)
     scheduler = PerStepLR(optimizer, played, wd, rescale_above=rescale_above)
 
-    outputs, norms, recorded = [], [], []
+    outputs, norms, recorded, log2_rescales = [], [], [], []
 
     def record(k):
         if probe is not None:
@@ -117,6 +122,7 @@ def train_sgd(
                 outputs.append(model(probe).detach().cpu().numpy())
         norms.append(flat_norm(params).item())
         recorded.append(k)
+        log2_rescales.append(scheduler.log2_rescale)
 
     losses, used_lrs = np.empty(steps), np.empty(steps)
     sq_norms, sq_updates = np.empty(steps + 1), np.empty(steps)
@@ -145,6 +151,8 @@ def train_sgd(
         losses=losses,
         lrs=used_lrs,
         rescale=scheduler.rescale,
+        log2_rescales=np.asarray(log2_rescales),
+        rescale_count=scheduler.rescale_count,
         sq_norms=sq_norms,
         sq_updates=sq_updates,
     )

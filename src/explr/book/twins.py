@@ -11,26 +11,34 @@ schedule and with its twins on the same batches, and compares the logits on a fi
     D_k = max |f̃_k − f_k| / max |f_k|      (:func:`explr.sgd.output_deviation`),
 
 at every recorded step k.  In float64, with BN's ε ≈ 0 (1e-300: torch refuses 0) and batch statistics, the
-exact twin (``corrections="all"``) must stay within the round-off bound of :func:`roundoff_bound`; the twin
-without corrections (``"none"``) is another run and departs.  In float32 and bf16 the exact pair's D_k is the
-departure curve of two runs whose arithmetic differs in the last bits: where it reaches O(1), chaos has taken
-over (reported, never asserted: it depends on the machine).
+exact twin (``corrections="all"``) must stay within the round-off estimate of :func:`roundoff_estimate`; the
+twin without corrections (``"none"``) and the near twin (TEXP built for (1 + ε)λ) are other runs and depart.
+With :attr:`TwinSettings.rescale_at` every twin also runs through PerStepLR's equivalent rescaling (θ → θ/2^j,
+lr → lr/4^j: exact in binary floating point, so it adds no rounding), the regime of long exponential runs.  In
+float32 and bf16 the exact pair's D_k is the departure curve of two runs whose arithmetic differs in the last
+bits: where it reaches O(1), chaos has taken over (reported, never asserted: it depends on the machine).
 
-**The round-off bound** (float64).  The twin computes the same mathematical iterates as the original with other
-roundings: every step adds a relative discrepancy of at most ρ = 4u + e_g to θ (u = 2^−52: the update
+**The round-off estimate** (float64).  The twin computes the same mathematical iterates as the original with
+other roundings: every step adds a relative discrepancy of at most ρ = 4u + e_g to θ (u = 2^−52: the update
 θ − lr·v, its two products and the schedule's own rounding of η̃_k = exp(ln η̃_k), one u each; e_g = the
 relative rounding of one gradient, measured as max|c∇L(cθ₀) − ∇L(θ₀)| / max|∇L(θ₀)|, the largest over
 c = 3, 5, 7, which a scale-invariant loss makes exactly 0 in exact arithmetic: the twin's gradients differ from
 the original's by just such roundings).  SGD then amplifies a relative perturbation of θ: the control run (the
 original from θ₀·(1 + δ_c ξ), ξ ~ N(0, 1) elementwise, δ_c = :data:`CONTROL_DELTA`) measures the amplification
-A_i = D^ctl_i / δ_c of a perturbation made at step 0 and seen at step i, in the linear regime: δ_c is small
-enough to flip the sign of no ReLU input, and a rounding, 1e4 times smaller still, is even less likely to (a flip
-would jump the gradient and make the twin fail the bound: the check would show it).  Assuming that a
-perturbation made at step j grows no faster over the k − j steps to k than one made at step 0 (G_k =
-max(1, max_{i≤k} A_i) bounds both), summing the k + 1 steps' discrepancies and the logits' own rounding e_f
+A_i = D^ctl_i / δ_c of a perturbation made at step 0 and seen at step i.  Summing the k + 1 steps'
+discrepancies, each grown by at most G_k = max(1, max_{i≤k} A_i), and the logits' own rounding e_f
 (max|f(cθ₀) − f(θ₀)| / max|f(θ₀)|, the same c) gives
 
-    D_k ≤ B_k = e_f + (k + 1) · ρ · G_k.
+    D_k ≲ B_k = e_f + (k + 1) · ρ · G_k.
+
+B_k is an *estimate* of what rounding alone produces, not a bound.  It assumes (i) the linear regime: no
+rounding flips the sign of a ReLU input or otherwise jumps the dynamics (δ_c is chosen small enough that the
+control mostly does not either; where it does, A_k jumps and B_k with it, and B_k is loose from there on; a
+rounding that jumped would make the twin exceed B_k: the check would show it); (ii) a perturbation made at
+step j grows over the k − j steps to k no faster than the control's, made at step 0, grows over its first k
+steps (G_k covers both); (iii) every step's gradient rounds as the one measured, at θ₀ on the first batch (e_g
+is not re-measured along the run).  A twin at D_k ≤ B_k agrees as far as rounding can tell; a twin with
+D_k ≫ B_k differs by more than any rounding under these assumptions.
 
 A twin that is *not* exact departs through the error it makes.  TEXP without corrections omits, where phase 0
 starts, a radial push of relative size δ = −η̃₀c₀ (:attr:`~explr.schedules.EquivalentSchedule.lr_wd`; 4.8e-3 for
@@ -42,15 +50,28 @@ rate η̃/‖θ̃‖² is too large by twice that.  The run then travels the ori
                                                                         (:func:`departure_estimate`),
 
 the function change of the original.  Where F_k is not tiny that is many orders of magnitude above B_k: the
-test can tell an exact twin from a near one, which is what :func:`summarise` reports.  (The phase corrections
-it also omits at later phase starts are smaller; the estimate leaves them out.)  The estimate holds while the
-dynamics amplify little (the depth-8 test: within a factor 2); where they amplify, the departure is larger: on
-PreResNet-32 at η = 0.1 the control's A_k reaches ~750 within 18 steps and the uncorrected twin is a different
-network, D ≈ 1, within the first epoch (results/exact-twins).
+test can tell an exact twin from a near one.  (The phase corrections it also omits at later phase starts are
+smaller; the estimate leaves them out.)  The estimate holds while the dynamics amplify little (the depth-8 test:
+within a factor 2); where they amplify, the departure is larger: on PreResNet-32 at η = 0.1 the control's A_k
+reaches ~750 within 18 steps and the uncorrected twin is a different network, D ≈ 1, within the first epoch
+(results/exact-twins).
+
+**The near twin** (:attr:`TwinSettings.near` = ε) is TEXP with all corrections built for (1 + ε)λ, so it is (to
+round-off) the run with weight decay (1 + ε)λ, not the original.  Its extra decay shrinks ‖θ‖ by a further
+ln(α*(λ)/α*((1 + ε)λ)) a step (≈ εηλ/(1 − γ) for ηλ ≪ (1 − √γ)², more near that limit) until the norm settles,
+where ‖θ‖² ∝ (η/λ)^(1/2) (SGD's equilibrium on a scale-invariant loss) leaves the effective learning rate
+η/‖θ‖² too large by ε/2; its departure is then
+
+    D_k ≈ min(2 s_k, ε/2) F_k,   s_k = k · ln(α*(λ)/α*((1 + ε)λ))          (:func:`near_estimate`),
+
+again a scale and not a bound (phase 0's lr; where the dynamics amplify, as the control's A_k says they do, the
+departure is larger).  ε is chosen small, yet with this estimate orders of magnitude above B_k: a hard case.
+:func:`summarise` reports both departures against B_k.
 """
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,15 +88,17 @@ from ..sgd import output_deviation, prediction_agreement, train_sgd
 from .digits import batch_schedule
 
 __all__ = ["PAIRS", "PRECISIONS", "RUNS", "BN_EPS", "CONTROL_DELTA", "CHAOS_LEVEL", "TwinSettings", "pair_schedules",
-           "batch_statistics", "roundoff_bound", "departure_estimate", "unit_bound", "unit_estimate", "run_unit",
+           "batch_statistics", "roundoff_estimate", "departure_estimate", "near_estimate", "unit_roundoff",
+           "unit_bound", "unit_estimate", "unit_near_estimate", "run_unit",
            "summarise"]
 
 #: the original schedule of each pair; its twins are :func:`explr.schedules.texp` of it.
 PAIRS = {"step": "Step Decay + WD vs TEXP", "cosine": "Cosine (per epoch) + WD vs Cosine-TEXP (the hybrid)"}
 #: the arithmetic of a unit: float64 weights and data; float32; float32 weights under bf16 autocast (CPU).
 PRECISIONS = ("float64", "float32", "bf16")
-#: the runs of a unit beside the original: the twins (``corrections="all"`` and ``"none"``) and the control.
-RUNS = ("exact", "uncorrected", "control")
+#: the runs of a unit beside the original: the twins (``corrections="all"`` and ``"none"``), the control, and the
+#: near twin (TEXP with all corrections, built for (1 + ε)λ: :attr:`TwinSettings.near`).
+RUNS = ("exact", "uncorrected", "control", "near")
 #: BN's ε per precision: ~0 in float64 (torch refuses 0); in float32, 1e-300 would round to 0, so the smallest
 #: normal-range power of ten that keeps ε far below any batch variance.
 BN_EPS = {"float64": 1e-300, "float32": 1e-30, "bf16": 1e-30}
@@ -101,6 +124,11 @@ class TwinSettings:
     ``momentum``: both runs' SGD (the twins: no WD, their own lr); ``batch_size`` images a step, drawn by
     :func:`explr.book.digits.batch_schedule` from ``seed``; the probe's logits are recorded every
     ``record_every`` steps (a divisor of ``steps_per_epoch``, so every epoch's end is recorded).
+
+    ``rescale_at`` (> 1, optional): every twin runs through :class:`~explr.lr_scheduler.PerStepLR`'s equivalent
+    rescaling, ``rescale_above`` = ``rescale_at`` × its own lr[0]: θ → θ/2^j, lr → lr/4^j whenever the lr would
+    pass it, so after the first rescaling each further one needs the lr to grow 4×.  ``near`` (ε > 0, optional):
+    the unit also trains the near twin, TEXP with all corrections built for (1 + ε)λ, which must depart.
     """
 
     epochs: int
@@ -112,6 +140,8 @@ class TwinSettings:
     batch_size: int = 32
     seed: int = 0
     record_every: int = 1
+    rescale_at: float | None = None
+    near: float | None = None
 
     def __post_init__(self):
         for name in ("epochs", "steps_per_epoch", "batch_size", "record_every"):
@@ -128,6 +158,12 @@ class TwinSettings:
         if not check_real("wd", self.wd) > 0:
             raise ValueError(f"wd must be > 0 (without weight decay there is no twin to test); got {self.wd!r}")
         alpha(self.lr, self.wd, self.momentum)  # refuses an lr·wd without an exponential twin
+        if self.rescale_at is not None and not check_real("rescale_at", self.rescale_at) > 1:
+            raise ValueError(f"rescale_at must be a number > 1 (a multiple of the twin's lr[0]); got {self.rescale_at!r}")
+        if self.near is not None:
+            if not check_real("near", self.near) > 0:
+                raise ValueError(f"near must be a number ε > 0 (the near twin is built for (1 + ε)·wd); got {self.near!r}")
+            alpha(self.lr, (1 + self.near) * self.wd, self.momentum)
 
     @property
     def steps(self) -> int:
@@ -142,6 +178,7 @@ def pair_schedules(pair: str, settings: TwinSettings, twin_wd: float | None = No
     """{"original", "exact", "uncorrected"}: the pair's schedule with WD (:func:`~explr.schedules.step_decay` or the
     per-epoch :func:`~explr.schedules.cosine`) and its TEXP twins, ``corrections="all"`` and ``"none"``.
 
+    With ``settings.near`` = ε also "near": TEXP (all corrections) of the same schedule built for (1 + ε)λ.
     ``twin_wd`` builds the twins for another weight decay than the original's (a deliberately wrong twin)."""
     if pair not in PAIRS:
         raise ValueError(f"pair must be one of {tuple(PAIRS)}; got {pair!r}")
@@ -151,9 +188,12 @@ def pair_schedules(pair: str, settings: TwinSettings, twin_wd: float | None = No
     else:
         base = cosine(s.lr, s.epochs, s.steps_per_epoch, per="epoch")
     wd = s.wd if twin_wd is None else twin_wd
-    return {"original": PlainSchedule(base, np.full(len(base), float(s.wd)), name=pair),
-            "exact": texp(base, wd, s.momentum, corrections="all"),
-            "uncorrected": texp(base, wd, s.momentum, corrections="none")}
+    out = {"original": PlainSchedule(base, np.full(len(base), float(s.wd)), name=pair),
+           "exact": texp(base, wd, s.momentum, corrections="all"),
+           "uncorrected": texp(base, wd, s.momentum, corrections="none")}
+    if s.near is not None:
+        out["near"] = texp(base, (1 + s.near) * s.wd, s.momentum, corrections="all")
+    return out
 
 
 def batch_statistics(model: nn.Module) -> nn.Module:
@@ -196,7 +236,7 @@ def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
     """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (module docstring):
     e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
     the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic.  Also ``delta``, the control
-    run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_bound` takes with them."""
+    run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_estimate` takes with them."""
     def evaluate(c):
         net = copy.deepcopy(model)
         params = [p for _, p in trainable_parameters(net)]
@@ -216,9 +256,10 @@ def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
             "delta": CONTROL_DELTA}
 
 
-def roundoff_bound(steps, control_deviation, forward: float, gradient: float, delta: float = CONTROL_DELTA):
+def roundoff_estimate(steps, control_deviation, forward: float, gradient: float, delta: float = CONTROL_DELTA):
     """B_k = e_f + (k + 1)(4u + e_g) G_k, G_k = max(1, max_{i≤k} D^ctl_i / δ_c) at each recorded step k (module
-    docstring): the largest D_k two float64 runs of the same iterates can reach through round-off."""
+    docstring): an estimate, under the docstring's assumptions (i)-(iii), of the D_k that round-off alone gives two
+    float64 runs of the same iterates; not a bound."""
     steps = np.asarray(steps, dtype=np.float64)
     gain = np.maximum(1.0, np.maximum.accumulate(np.asarray(control_deviation, dtype=np.float64) / delta))
     return forward + (steps + 1) * (4 * U64 + gradient) * gain
@@ -234,15 +275,35 @@ def departure_estimate(steps, function_change, nudge: float, lr: float, wd: floa
     return 2 * shortfall * np.asarray(function_change, dtype=np.float64)
 
 
-def unit_bound(unit: dict) -> np.ndarray:
-    """B_k of a float64 unit of :func:`run_unit` (needs its control run)."""
-    return roundoff_bound(unit["steps"], unit["deviation"]["control"], **unit["roundoff"])
+def near_estimate(steps, function_change, eps: float, lr: float, wd: float, momentum: float) -> np.ndarray:
+    """D_k ≈ min(2 s_k, ε/2) F_k (module docstring): the near twin's departure, built for (1 + ``eps``)λ, with
+    s_k = k ln(α*(λ)/α*((1 + ε)λ)) the extra shrink of ‖θ‖ (α* = :func:`~explr.schedules.alpha` of ``lr``, ``wd``,
+    ``momentum``: phase 0's) and F_k = ``function_change`` at the recorded ``steps`` k."""
+    per_step = math.log(alpha(lr, wd, momentum) / alpha(lr, (1 + eps) * wd, momentum))
+    error = np.minimum(2 * per_step * np.asarray(steps, dtype=np.float64), eps / 2)
+    return error * np.asarray(function_change, dtype=np.float64)
+
+
+def unit_roundoff(unit: dict) -> np.ndarray:
+    """B_k of a float64 unit of :func:`run_unit` (needs its control run): :func:`roundoff_estimate`."""
+    return roundoff_estimate(unit["steps"], unit["deviation"]["control"], **unit["roundoff"])
+
+
+#: :func:`unit_roundoff` under the name chapter 6 imports.
+unit_bound = unit_roundoff
 
 
 def unit_estimate(unit: dict, settings: dict) -> np.ndarray:
     """:func:`departure_estimate` of a float64 unit; ``settings`` holds ``lr``, ``wd``, ``momentum``."""
     return departure_estimate(unit["steps"], unit["function_change"], unit["nudge"],
                               *(settings[k] for k in ("lr", "wd", "momentum")))
+
+
+def unit_near_estimate(unit: dict, settings: dict) -> np.ndarray:
+    """:func:`near_estimate` of a float64 unit with a near twin; ``settings`` holds ``near``, ``lr``, ``wd``,
+    ``momentum``."""
+    return near_estimate(unit["steps"], unit["function_change"],
+                         *(settings[k] for k in ("near", "lr", "wd", "momentum")))
 
 
 def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, labels: torch.Tensor,
@@ -254,21 +315,26 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
     ``lambda eps: PreResNet(32, eps=eps, seed=0)``), the same initial weights at every call; it is cast to the
     precision's dtype and switched to batch statistics here.  ``images`` (N, C, H, W) and ``labels`` (N,) are the
     training data (normalised), ``probe`` the fixed held-out batch.  ``runs``: which of :data:`RUNS` to train beside
-    the original (default: all in float64, the exact twin in float32 and bf16; the bound needs the control).
+    the original (default: all in float64, "near" only with ``settings.near``; the exact twin in float32 and bf16;
+    the round-off estimate needs the control).  With ``settings.rescale_at`` every twin is rescaled by PerStepLR.
     ``twin_wd``: build the twins for this weight decay instead (a wrong twin, for the tests).  ``log`` receives
     progress lines.
 
     Returns a JSON-able dict: ``steps`` (recorded k), ``deviation`` {run: D_k}, ``agreement`` {run: fraction of
     probe images with the same predicted class}, ``norm_error`` (max_k |‖θ̃_k‖ / (P_k‖θ_k‖) − 1| of the exact
     twin, if trained), ``function_change`` F_k, ``nudge`` (η̃₀c₀ of the exact twin), ``loss`` (the original's per
-    step), ``seconds``; in float64 also ``roundoff`` {forward, gradient, delta}.  :func:`unit_bound` and
-    :func:`unit_estimate` compute B_k and the uncorrected twin's expected D_k from them.
+    step), ``rescalings`` {run: how many times PerStepLR rescaled it}, ``rescale_steps`` {run: the steps k whose
+    update was followed by a rescaling}, ``seconds``; in float64 also ``roundoff`` {forward, gradient, delta}.
+    :func:`unit_roundoff` and :func:`unit_estimate` compute B_k and the uncorrected twin's expected D_k from them.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
-    runs = (RUNS if precision == "float64" else ("exact",)) if runs is None else tuple(runs)
+    default = tuple(r for r in RUNS if r != "near" or settings.near is not None)
+    runs = (default if precision == "float64" else ("exact",)) if runs is None else tuple(runs)
     if not runs or any(r not in RUNS for r in runs) or ("control" in runs and precision != "float64"):
         raise ValueError(f"runs must be a non-empty selection of {RUNS} (the control in float64 only); got {runs!r}")
+    if "near" in runs and settings.near is None:
+        raise ValueError("runs holds 'near' but settings.near (its ε) is None")
     schedules = pair_schedules(pair, settings, twin_wd)
     dtype = torch.float64 if precision == "float64" else torch.float32
     images, labels, probe = _check_data(images, labels, probe, settings)
@@ -289,8 +355,10 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
         if name == "original" and precision == "float64":
             errors = roundoff(model, *batches[0], probe)
         played = schedules["original" if name == "control" else name]
+        twin = name not in ("original", "control")
+        above = settings.rescale_at * math.exp(played.log_lr[0]) if twin and settings.rescale_at else None
         trained[name] = train_sgd(model, F.cross_entropy, batches, played, momentum=settings.momentum,
-                                  probe=probe, record_every=settings.record_every)
+                                  probe=probe, record_every=settings.record_every, rescale_above=above)
         if log is not None:
             log(f"{pair}/{precision} {name}: {settings.steps} steps done, {time.perf_counter() - started:.0f} s")
     original = trained["original"]
@@ -302,14 +370,26 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
         "function_change": (np.abs(original.outputs - original.outputs[0]).max(axis=(1, 2)) / f0).tolist(),
         "nudge": float(schedules["exact"].lr_wd[0]),
         "loss": original.losses.tolist(),
+        "rescalings": {n: trained[n].rescale_count for n in names},
+        "rescale_steps": {n: _rescale_steps(trained[n], schedules["original" if n == "control" else n])
+                          for n in names},
     }
     if "exact" in runs:
         scale = schedules["exact"].scale[recorded]
-        out["norm_error"] = float(np.abs(trained["exact"].norms / (scale * original.norms) - 1).max())
+        exact = trained["exact"]
+        norms = exact.norms * np.exp2(-exact.log2_rescales / 2)  # the schedule's units: log2 R is even, exact
+        out["norm_error"] = float(np.abs(norms / (scale * original.norms) - 1).max())
     if precision == "float64":
         out["roundoff"] = errors
     out["seconds"] = time.perf_counter() - started
     return out
+
+
+def _rescale_steps(trajectory, schedule) -> list:
+    """The steps k after whose update PerStepLR rescaled: where log2 R = log2(lr used) − log2(lr of the schedule)
+    (a multiple of 2) changes between step k and k + 1."""
+    log2_r = np.rint(np.log2(trajectory.lrs) - np.asarray(schedule.log_lr) / math.log(2))
+    return np.flatnonzero(np.diff(log2_r)).tolist()
 
 
 def _check_data(images, labels, probe, settings: TwinSettings):
@@ -328,32 +408,49 @@ def _check_data(images, labels, probe, settings: TwinSettings):
 def summarise(metrics: dict) -> dict:
     """What chapter 6 shows and asserts, from ``metrics["units"]`` ({"pair/precision": :func:`run_unit`'s dict}).
 
-    Per pair (float64): ``exact`` = max_k D_k of the exact twin, ``bound`` = max_k B_k, ``exact_over_bound`` =
-    max_k D_k / B_k (≤ 1: the twins agree to round-off), ``uncorrected`` = max_k D_k of the twin without
-    corrections, ``uncorrected_over_bound`` = min_k D_k / B_k over the steps from the first epoch's end on (≫ 1:
-    it departs), ``estimate_ratio`` = the uncorrected twin's D at the end over :func:`departure_estimate`'s,
-    ``agree`` (the exact twin predicts every probe image's class as the original does, at every recorded step)
-    and ``norm_error`` (:func:`run_unit`).
+    Per pair (float64): ``exact`` = max_k D_k of the exact twin, ``roundoff`` = max_k B_k (the round-off
+    estimate, :func:`roundoff_estimate`), ``exact_over_roundoff`` = max_k D_k / B_k (≤ 1: the twins agree as far as
+    rounding can tell), ``agree`` (the exact twin predicts every probe image's class as the original does, at
+    every recorded step), ``norm_error`` (:func:`run_unit`) and ``rescalings`` = how often PerStepLR rescaled the
+    exact twin (0 without :attr:`TwinSettings.rescale_at`).  With the twin without corrections: ``uncorrected`` =
+    its max_k D_k, ``uncorrected_over_roundoff`` = min_k D_k / B_k over the steps from the first epoch's end on
+    (≫ 1: it departs), ``estimate_ratio`` = its D at the end over :func:`departure_estimate`'s.  With the near
+    twin: ``near`` = its D at the end, ``near_over_roundoff`` = D/B at the end (≫ 1: it departs),
+    ``near_departs_at`` = the first recorded step from which D_k > B_k at every later recorded one, and
+    ``near_estimate_ratio`` = its D at the end over :func:`near_estimate`'s.  ``bound``, ``exact_over_bound`` and
+    ``uncorrected_over_bound`` repeat ``roundoff``, ``exact_over_roundoff`` and ``uncorrected_over_roundoff`` under
+    the names chapter 6 reads.
     Per pair and lower precision: ``chaos_step`` = the first recorded step where the exact pair's D_k passes
     :data:`CHAOS_LEVEL` (None if never) and ``final`` = its D at the end.
     """
     out = {}
+    settings = metrics["settings"]
     for key, unit in metrics["units"].items():
         pair, precision = key.split("/")
         dev = {n: np.asarray(v) for n, v in unit["deviation"].items()}
         row = out.setdefault(pair, {})
         if precision == "float64":
-            bound, steps = unit_bound(unit), np.asarray(unit["steps"])
-            later = steps >= metrics["settings"]["steps_per_epoch"]
-            row.update(
-                exact=float(dev["exact"].max()), exact_over_bound=float((dev["exact"] / bound).max()),
-                bound=float(bound.max()), uncorrected=float(dev["uncorrected"].max()),
-                uncorrected_over_bound=float((dev["uncorrected"][later] / bound[later]).min()),
-                estimate_ratio=float(dev["uncorrected"][-1] / unit_estimate(unit, metrics["settings"])[-1]),
-                agree=bool(min(unit["agreement"]["exact"]) == 1.0), norm_error=unit["norm_error"])
+            roundoff, steps = unit_roundoff(unit), np.asarray(unit["steps"])
+            row.update(exact=float(dev["exact"].max()), exact_over_roundoff=float((dev["exact"] / roundoff).max()),
+                       roundoff=float(roundoff.max()), agree=bool(min(unit["agreement"]["exact"]) == 1.0),
+                       norm_error=unit["norm_error"], rescalings=unit.get("rescalings", {}).get("exact", 0))
+            if "uncorrected" in dev:
+                later = steps >= settings["steps_per_epoch"]
+                row.update(uncorrected=float(dev["uncorrected"].max()),
+                           uncorrected_over_roundoff=float((dev["uncorrected"][later] / roundoff[later]).min()),
+                           estimate_ratio=float(dev["uncorrected"][-1] / unit_estimate(unit, settings)[-1]))
+            if "near" in dev:
+                ratio = dev["near"] / roundoff
+                below = np.flatnonzero(ratio <= 1)
+                departs = steps[below[-1] + 1] if below.size else steps[0]
+                row.update(near=float(dev["near"][-1]), near_over_roundoff=float(ratio[-1]),
+                           near_departs_at=int(departs) if ratio[-1] > 1 else None,
+                           near_estimate_ratio=float(dev["near"][-1] / unit_near_estimate(unit, settings)[-1]))
+            row.update({old: row[new] for old, new in (("bound", "roundoff"), ("exact_over_bound", "exact_over_roundoff"),
+                                                        ("uncorrected_over_bound", "uncorrected_over_roundoff"))
+                        if new in row})
         else:
             above = np.flatnonzero(dev["exact"] > CHAOS_LEVEL)
             row[precision] = {"chaos_step": int(unit["steps"][above[0]]) if above.size else None,
                               "final": float(dev["exact"][-1])}
     return out
-
