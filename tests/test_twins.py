@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from explr.book.twins import (PAIRS, RUNS, TwinSettings, departure_estimate, near_estimate, pair_schedules,
-                              roundoff_estimate, run_unit, summarise, unit_bound, unit_estimate, unit_near_estimate,
+                              roundoff_estimate, run_unit, summarise, unit_estimate, unit_near_estimate,
                               unit_roundoff)
 from explr.models import PreResNet
 from explr.schedules import alpha
@@ -122,7 +122,7 @@ def test_the_hybrid_is_exact_with_its_per_epoch_corrections_and_departs_without(
     assert (uncorrected[later] / bound[later]).min() > 1e6
     assert np.count_nonzero(pair_schedules("cosine", SETTINGS)["exact"].lr_wd) == SETTINGS.epochs  # one per phase
     row = summarise({"settings": vars(SETTINGS), "units": {"cosine/float64": unit}})
-    assert row["cosine"]["exact_over_bound"] <= 1 and row["cosine"]["uncorrected_over_bound"] > 1e6
+    assert row["cosine"]["exact_over_roundoff"] <= 1 and row["cosine"]["uncorrected_over_roundoff"] > 1e6
 
 
 def test_lower_precisions_run_and_report_a_departure_curve(data):
@@ -148,7 +148,6 @@ def test_the_estimates_are_the_formulas():
     assert per_step > 0
     np.testing.assert_allclose(near_estimate([0, 1, 100], [0.0, 0.1, 0.5], 1e-6, 0.1, 0.02, 0.9),
                                [0.0, 2 * per_step * 0.1, 1e-6 / 2 * 0.5], rtol=1e-12)
-    assert unit_bound is unit_roundoff  # chapter 6's name
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -195,7 +194,7 @@ def test_the_committed_rescaling_experiment_holds_its_claims():
     metrics = json.loads((RESULTS / "rescaling.json").read_text())
     assert metrics["machine"]["git"]["dirty"] is False and len(metrics["machine"]["git"]["commit"]) == 40
     row = summarise(metrics)["step"]
-    assert row == metrics["summary"]["step"]
+    assert {k: metrics["summary"]["step"][k] for k in row} == row  # the stored summary also has the old names
     assert row["rescalings"] >= 3 and metrics["units"]["step/float64"]["rescalings"]["near"] >= 3
     assert row["exact_over_roundoff"] <= 1 and row["agree"]
     assert row["near_over_roundoff"] > 100 and row["near_departs_at"] is not None
@@ -203,11 +202,11 @@ def test_the_committed_rescaling_experiment_holds_its_claims():
     assert metrics["settings"]["near"] == 1e-6 and "PreResNet-32" in metrics["settings"]["model"]
 
 
-def test_the_committed_48_step_results_read_under_both_names():
-    """metrics.json predates the rename: summarise reads it and gives the estimate's keys and chapter 6's."""
+def test_the_committed_48_step_results_read_under_the_estimates_names():
+    """metrics.json predates the rename (its stored summary says "bound"): summarise reads it under the new keys."""
     metrics = json.loads((RESULTS / "metrics.json").read_text())
     summary = summarise(metrics)
     for pair, row in summary.items():
-        assert row["roundoff"] == row["bound"] == metrics["summary"][pair]["bound"]
-        assert row["exact_over_roundoff"] == row["exact_over_bound"] <= 1 and row["rescalings"] == 0
+        assert row["roundoff"] == metrics["summary"][pair]["bound"]
+        assert row["exact_over_roundoff"] == metrics["summary"][pair]["exact_over_bound"] <= 1 and row["rescalings"] == 0
         assert row["uncorrected_over_roundoff"] == metrics["summary"][pair]["uncorrected_over_bound"] > 1e6

@@ -89,7 +89,7 @@ from .digits import batch_schedule
 
 __all__ = ["PAIRS", "PRECISIONS", "RUNS", "BN_EPS", "CONTROL_DELTA", "CHAOS_LEVEL", "TwinSettings", "pair_schedules",
            "batch_statistics", "roundoff_estimate", "departure_estimate", "near_estimate", "unit_roundoff",
-           "unit_bound", "unit_estimate", "unit_near_estimate", "run_unit",
+           "unit_estimate", "unit_near_estimate", "run_unit",
            "summarise"]
 
 #: the original schedule of each pair; its twins are :func:`explr.schedules.texp` of it.
@@ -289,8 +289,6 @@ def unit_roundoff(unit: dict) -> np.ndarray:
     return roundoff_estimate(unit["steps"], unit["deviation"]["control"], **unit["roundoff"])
 
 
-#: :func:`unit_roundoff` under the name chapter 6 imports.
-unit_bound = unit_roundoff
 
 
 def unit_estimate(unit: dict, settings: dict) -> np.ndarray:
@@ -417,9 +415,7 @@ def summarise(metrics: dict) -> dict:
     (≫ 1: it departs), ``estimate_ratio`` = its D at the end over :func:`departure_estimate`'s.  With the near
     twin: ``near`` = its D at the end, ``near_over_roundoff`` = D/B at the end (≫ 1: it departs),
     ``near_departs_at`` = the first recorded step from which D_k > B_k at every later recorded one, and
-    ``near_estimate_ratio`` = its D at the end over :func:`near_estimate`'s.  ``bound``, ``exact_over_bound`` and
-    ``uncorrected_over_bound`` repeat ``roundoff``, ``exact_over_roundoff`` and ``uncorrected_over_roundoff`` under
-    the names chapter 6 reads.
+    ``near_estimate_ratio`` = its D at the end over :func:`near_estimate`'s.
     Per pair and lower precision: ``chaos_step`` = the first recorded step where the exact pair's D_k passes
     :data:`CHAOS_LEVEL` (None if never) and ``final`` = its D at the end.
     """
@@ -446,9 +442,6 @@ def summarise(metrics: dict) -> dict:
                 row.update(near=float(dev["near"][-1]), near_over_roundoff=float(ratio[-1]),
                            near_departs_at=int(departs) if ratio[-1] > 1 else None,
                            near_estimate_ratio=float(dev["near"][-1] / unit_near_estimate(unit, settings)[-1]))
-            row.update({old: row[new] for old, new in (("bound", "roundoff"), ("exact_over_bound", "exact_over_roundoff"),
-                                                        ("uncorrected_over_bound", "uncorrected_over_roundoff"))
-                        if new in row})
         else:
             above = np.flatnonzero(dev["exact"] > CHAOS_LEVEL)
             row[precision] = {"chaos_step": int(unit["steps"][above[0]]) if above.size else None,
