@@ -12,7 +12,7 @@ Modules, each one concern, from the settings up to the command line:
 * :mod:`~explr.cifar10.files` -- atomic writes, leftover temporary files, whether a writer lives;
 * :mod:`~explr.cifar10.arrays` -- :class:`CifarArrays`, :class:`DataError`, ``.npz`` and the decode cache;
   :mod:`~explr.cifar10.image_folder` -- image-folder trees and their archives
-  (:mod:`~explr.cifar10.archives`: tar archives streamed once, hashed as read, in bounded memory);
+  (``explr.cifar10.archives``: tar archives streamed once, hashed as read, in bounded memory);
   :mod:`~explr.cifar10.sources` -- :func:`load_cifar10` (every source of ``--data``), :func:`make_synthetic`;
 * :mod:`~explr.cifar10.data` -- the device-resident augmenting sampler;
 * :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`: epochs as ``EpochState``, its

@@ -52,7 +52,7 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False) -> list[dict]:
     """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
-    (:data:`~explr.cifar10.config.JOBS`), every config's settings, one folder per run, the device, that folders can
+    (``explr.cifar10.config.JOBS``), every config's settings, one folder per run, the device, that folders can
     be created in ``out``, and every run folder that exists (:func:`~explr.cifar10.runfolder.check_folder`: a file
     where a folder goes, its lock, a run there without ``resume``, its manifest; with ``skip_locked`` a folder that
     a live process holds is left to :func:`prepare`).  Returns each config's resolved settings
