@@ -28,8 +28,8 @@ def test_preresnet_has_depth_weighted_layers_and_the_invariant_mode_freezes_bn_a
 
 
 def test_preresnet_rejects_bad_depth():
-    for bad in (21, 2, 32.0, True):
-        with pytest.raises(ValueError, match="depth must be 6n \\+ 2"):
+    for bad in (21, 2, 32.0, True, "32"):
+        with pytest.raises(ValueError, match=rf"^depth = {bad!r}: must be 6n \+ 2 with n >= 1 \(8, 14, "):
             PreResNet(bad)
 
 

@@ -146,9 +146,9 @@ def test_theorem_quantities():
     assert abs(t1[1] - t1[0] - math.log(4) / (2 * (0.005 - 2 * 0.03**2))) < 1e-9
     assert theorem_W1(1e-3, **kw) == 0.0  # already below the proof's norm threshold
     assert abs(theorem_W2(0.01) - 9 * math.log(100)) < 1e-12
-    with pytest.raises(ValueError, match="eps must be in"):
+    with pytest.raises(ValueError, match=r"^eps = 0.06: must be a finite number in \(0, 0.05\) \(0 < eps < sqrt"):
         theorem_W1(1.0, **{**kw, "eps": 0.06})
-    with pytest.raises(ValueError, match="dim must be an integer >= 3"):
+    with pytest.raises(ValueError, match="^dim = 2: must be an integer >= 3$"):
         theorem_W1(1.0, **{**kw, "dim": 2})
     with pytest.raises(ValueError, match="delta"):
         theorem_W2(1.0)

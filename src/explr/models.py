@@ -9,7 +9,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .params import MAX_SEED, Float, Int, checked
+
 __all__ = ["bn_mlp", "invariant_bn_mlp", "PreActBlock", "PreResNet", "rescale_running_statistics"]
+
+
+def _seed(seed) -> None:
+    """Seed torch's generator when ``seed`` is not None (an integer in [0, 2**64 − 1], what torch accepts)."""
+    if seed is not None:
+        torch.manual_seed(int(checked("seed", seed, Int(0, maximum=MAX_SEED))))
 
 
 def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=False, seed=None):
@@ -21,8 +29,8 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
     ``True`` gives the usual running averages.  ``seed`` makes the initialisation reproducible.
     Call :func:`explr.invariance.make_scale_invariant` on it to freeze what breaks invariance.
     """
-    if seed is not None:
-        torch.manual_seed(seed)
+    eps = float(checked("eps", eps, Float(0)))
+    _seed(seed)
     layers, width = [], in_features
     for h in hidden:
         layers += [nn.Linear(width, h), nn.BatchNorm1d(h, eps=eps, track_running_stats=running_stats), nn.ReLU()]
@@ -89,14 +97,10 @@ class PreResNet(nn.Module):
 
     def __init__(self, depth: int = 32, classes: int = 10, invariant: bool = True, eps: float = 1e-5, seed=None):
         super().__init__()
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
-            raise ValueError(f"depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...); got {depth!r}")
-        if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-            raise ValueError(f"classes must be an integer >= 2; got {classes!r}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0; got {eps!r}")
-        if seed is not None:
-            torch.manual_seed(seed)
+        depth = int(checked("depth", depth, Int(8, modulo=(6, 2), note=" (8, 14, 20, 32, 56, 110, ...)")))
+        classes = int(checked("classes", classes, Int(2)))
+        eps = float(checked("eps", eps, Float(0)))
+        _seed(seed)
         n = (depth - 2) // 6
         self.depth, self.invariant = depth, invariant
         self.conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)

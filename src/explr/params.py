@@ -13,7 +13,8 @@ declares each setting with one of these rules; a chapter checks its ``parameters
 
 which stops at the first parameter out of range with ``ValueError: steps = 3: must be an integer >= 20``.
 A rule may be given as a zero-argument callable: it is built only once the parameters before it have
-passed, so its bounds may use them.
+passed, so its bounds may use them.  A library function checks one argument the same way with
+:func:`checked` (``depth = int(checked("depth", depth, Int(8, modulo=(6, 2))))``).
 
 How a chapter asserts its claims and shows what it measured is the book's concern:
 :class:`explr.book.checks.Checks`.
@@ -38,9 +39,12 @@ __all__ = [
     "Folder",
     "Numbers",
     "check_parameters",
+    "checked",
 ]
 
 
+# The book's two number rules, written here once: every int or real-number check in ``src/`` goes through them
+# (tests/test_params.py scans for an inline ``isinstance(v, (int, float))`` or ``isinstance(v, bool)``).
 def is_int(v) -> bool:
     """An integer (Python's or numpy's), not a boolean."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -216,11 +220,15 @@ def check_parameters(namespace: dict, rules: dict) -> None:
     for name, rule in rules.items():
         if name not in namespace:
             raise ValueError(f"{name}: no such parameter")
-        if callable(rule) and not hasattr(rule, "ok"):
-            rule = rule()
-        value = namespace[name]
-        if not rule.ok(value):
-            raise ValueError(f"{name} = {_short(value)}: must be {rule.rule()}")
+        checked(name, namespace[name], rule() if callable(rule) and not hasattr(rule, "ok") else rule)
+
+
+def checked(name: str, value, rule):
+    """``value`` when ``rule.ok(value)``; otherwise ``ValueError("name = value: must be <rule>")``, the one-line
+    error of :func:`check_parameters`, for a library function's arguments."""
+    if not rule.ok(value):
+        raise ValueError(f"{name} = {_short(value)}: must be {rule.rule()}")
+    return value
 
 
 def _short(value, most: int = 60) -> str:

@@ -47,7 +47,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .params import is_int, is_real_type
+from .params import is_int, is_real, is_real_type
 
 __all__ = [
     "EquivalentSchedule",
@@ -70,17 +70,15 @@ _RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
 
 
 def check_real(name: str, value) -> float:
-    """``value`` as a finite float; strings, booleans, arrays and NaN/inf are refused."""
-    ok = is_real_type(type(value)) or (
-        isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.floating))
-    if not ok or not math.isfinite(float(value)):
+    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused)."""
+    if not is_real(value):
         raise ValueError(f"{name} must be a finite number; got {value!r}")
     return float(value)
 
 
 def check_momentum(momentum) -> float:
     """The heavy-ball momentum γ as a float in [0, 1)."""
-    if not is_real_type(type(momentum)) or not 0.0 <= momentum < 1.0:
+    if not (is_real(momentum) and 0.0 <= momentum < 1.0):
         raise ValueError(f"momentum must be a number in [0, 1); got {momentum!r}")
     return float(momentum)
 

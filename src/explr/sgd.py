@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 from .invariance import flat_norm, trainable_parameters
 from .lr_scheduler import PerStepLR
-from .schedules import EquivalentSchedule, PlainSchedule, alpha
+from .params import Int, checked
+from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
 
 __all__ = [
     "paper_sgd_step",
@@ -100,19 +101,15 @@ def train_sgd(
     gradient (with batch-statistics BN this is a deterministic function of θ).
     ``rescale_above``: see :class:`~explr.lr_scheduler.PerStepLR`.
     """
-    if isinstance(lr, (EquivalentSchedule, PlainSchedule)):
-        played, first_lr = lr, math.exp(lr.log_lr[0])
-    else:
-        played, wd = np.asarray(lr, dtype=np.float64), 0.0 if wd is None else wd
-        first_lr = float(played[0])
-    steps = len(played)
+    if not isinstance(lr, (EquivalentSchedule, PlainSchedule)):
+        lr, wd = PlainSchedule(np.asarray(lr, dtype=np.float64), 0.0 if wd is None else wd), None
+    steps = len(lr)
     if len(batches) < steps:
         raise ValueError(f"batches has {len(batches)} entries but the schedule has {steps} steps")
-    if record_every < 1:
-        raise ValueError(f"record_every must be >= 1; got {record_every!r}")
+    record_every = int(checked("record_every", record_every, Int(1)))
     params = [p for _, p in trainable_parameters(model)]
-    optimizer = torch.optim.SGD(params, lr=first_lr, momentum=momentum)
-    scheduler = PerStepLR(optimizer, played, wd, rescale_above=rescale_above)
+    optimizer = torch.optim.SGD(params, lr=lr.first_lr, momentum=check_momentum(momentum))
+    scheduler = PerStepLR(optimizer, lr, wd, rescale_above=rescale_above)
 
     outputs, norms, recorded, log2_rescales = [], [], [], []
 

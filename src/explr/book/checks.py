@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..params import MAX_SEED, Int
+from ..params import MAX_SEED, Int, is_int, is_real, is_real_type
 
 __all__ = ["Checks", "EXACTNESS", "MEMORY", "bound", "count", "held", "most", "seed_rule", "shown"]
 
@@ -91,11 +91,11 @@ def bound(tolerance: float) -> float:
 def shown(value, tolerance=None) -> str:
     """``value`` as a check line shows it: "< 1e-10" for a deviation under :func:`bound` of its tolerance
     (the module docstring), a float at three significant digits, anything else as ``str``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real_type(type(value)):
         return str(value)
-    if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool) and 0 <= value < bound(tolerance):
+    if is_real(tolerance) and 0 <= value < bound(tolerance):
         return f"< {bound(tolerance):.0e}"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return str(value) if is_int(value) else f"{value:.3g}"
 
 
 @dataclass
@@ -118,8 +118,8 @@ class Checks:
             f"measured {measured_}" if measured_ else "", f"tolerance {tolerance_}" if tolerance_ else "") if part)
         line = f"{text}: {numbers}" if numbers else text
         if not bool(ok):
-            full = ", ".join(f"{name} {v!r}" if isinstance(v, float) else f"{name} {v}" for name, v in
-                             (("measured", measured), ("tolerance", tolerance)) if v is not None)
+            full = ", ".join(f"{name} {v}" for name, v in (("measured", measured), ("tolerance", tolerance))
+                             if v is not None)  # str of a float is its repr: every digit
             raise AssertionError(f"✗ {text}: {full}" if full else f"✗ {text}")  # every digit: it failed
         self.rows.append(("✓", text, measured_, tolerance_))
         print(f"✓ {line}")

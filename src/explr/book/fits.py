@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..params import is_int
+
 __all__ = ["loglog_slope", "returning_level", "longest_stretch_at_or_below", "first_time_above"]
 
 
@@ -38,7 +40,7 @@ def returning_level(values, window: int) -> np.ndarray:
     keeps fluctuating (Li & Arora's Thm 3.1 for BN + WD) keeps a returning level bounded away from 0.
     """
     values = _time_series("values", values)
-    if isinstance(window, bool) or not float(window).is_integer() or not 1 <= window <= values.shape[0]:
+    if not (is_int(window) and 1 <= window <= values.shape[0]):
         raise ValueError(f"window must be an integer in [1, {values.shape[0]}] (the recorded steps); got {window!r}")
     view = np.lib.stride_tricks.sliding_window_view(values, int(window), axis=0)
     return view.max(axis=-1).min(axis=0)

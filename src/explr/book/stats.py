@@ -339,7 +339,7 @@ def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20
     seeds: the runs of one seed correlate by ``rho`` (default 0), each value sd (√rho Z_seed + √(1 − rho) Z_run).
     Monte Carlo over ``draws`` grids, seeded by (``seed``, n): the same numbers on every run, and a standard error
     <= 0.5/sqrt(draws)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+    if not (is_int(n) and n >= 2):
         raise ValueError(f"n must be an integer >= 2 (seeds per arm); got {n!r}")
     if not (is_real(sd) and sd > 0 and is_int(draws) and draws >= 1):
         raise ValueError(f"sd must be > 0 and draws an integer >= 1; got sd={sd!r}, draws={draws!r}")

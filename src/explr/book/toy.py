@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from ..invariance import step_angle
+from ..params import MAX_SEED, Float, Int, checked
 
 __all__ = [
     "MODELS",
@@ -70,15 +71,12 @@ MODELS = {"wd": (False, True), "bn": (True, False), "bn+wd": (True, True)}
 
 
 # ----------------------------------------------------------------------------- validation
-def _positive(name, value, integer=False, minimum=None):
-    ok = np.ndim(value) == 0 and math.isfinite(float(value))
-    if integer:
-        ok = ok and float(value) == int(value)
-    lo = 1 if minimum is None else minimum
-    if not ok or (integer and int(value) < lo) or (not integer and not float(value) > 0):
-        rng = f"an integer >= {lo}" if integer else "a finite number > 0"
-        raise ValueError(f"{name} must be {rng}; got {value!r}")
-    return int(value) if integer else float(value)
+def _count(name, value, minimum=1) -> int:
+    return int(checked(name, value, Int(minimum)))
+
+
+def _positive(name, value) -> float:
+    return float(checked(name, value, Float(0)))
 
 
 def _check_models(models):
@@ -92,9 +90,9 @@ def _check_models(models):
 # ----------------------------------------------------------------------------- data and loss
 def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=torch.float64):
     """A fresh mini-batch per seed: x of shape (seeds, B, m) with x ~ N(0, I_m), y = sign(x_1) of shape (seeds, B)."""
-    seeds = _positive("seeds", seeds, integer=True)
-    batch_size = _positive("batch_size", batch_size, integer=True)
-    dim = _positive("dim", dim, integer=True, minimum=3)
+    seeds = _count("seeds", seeds)
+    batch_size = _count("batch_size", batch_size)
+    dim = _count("dim", dim, minimum=3)
     x = torch.randn(seeds, batch_size, dim, generator=generator, dtype=dtype)
     return x, torch.sign(x[..., 0])
 
@@ -212,23 +210,22 @@ def simulate(
     of finite-batch runs.
     """
     models = _check_models(models)
-    steps = _positive("steps", steps, integer=True)
-    seeds = _positive("seeds", seeds, integer=True)
+    steps = _count("steps", steps)
+    seeds = _count("seeds", seeds)
     population = batch_size == math.inf
     if population:
         if any(not MODELS[m][0] for m in models):
             raise ValueError(f"batch_size = inf (population gradient) needs BN models only; got {models!r}")
     else:
-        batch_size = _positive("batch_size", batch_size, integer=True)
-    dim = _positive("dim", dim, integer=True, minimum=3)
+        batch_size = _count("batch_size", batch_size)
+    dim = _count("dim", dim, minimum=3)
     lr = _positive("lr", lr)
     norm0 = _positive("norm0", norm0)
-    if not (np.ndim(wd) == 0 and math.isfinite(float(wd)) and 0.0 <= float(wd) and float(wd) * lr < 1.0):
-        raise ValueError(f"wd must be a number with 0 <= wd and lr * wd < 1; got {wd!r}")
-    gen = torch.Generator().manual_seed(int(seed))
+    wd = float(checked("wd", wd, Float(0, 1 / lr, lo_open=False, note=" (lr * wd < 1)")))
+    gen = torch.Generator().manual_seed(int(checked("seed", seed, Int(0, maximum=MAX_SEED))))
     K = len(models)
     bn = torch.tensor([MODELS[m][0] for m in models]).view(K, 1, 1)
-    lam = torch.tensor([float(wd) if MODELS[m][1] else 0.0 for m in models], dtype=dtype).view(K, 1, 1)
+    lam = torch.tensor([wd if MODELS[m][1] else 0.0 for m in models], dtype=dtype).view(K, 1, 1)
 
     if w0 is None:
         start = torch.randn(seeds, dim, generator=gen, dtype=dtype)
@@ -255,15 +252,12 @@ def simulate(
         w = w_next
         error[t + 1], norm[t + 1] = training_error(w), w.norm(dim=-1)
     as_np = lambda a: a.double().numpy()  # noqa: E731
-    return ToyRun(as_np(error), as_np(norm), as_np(angle), models, lr, float(wd), batch_size, dim)
+    return ToyRun(as_np(error), as_np(norm), as_np(angle), models, lr, wd, batch_size, dim)
 
 
 # ----------------------------------------------------------------------------- the theorem
 def _check_eps(eps, lr, wd):
-    limit = math.sqrt(lr * wd / 2)
-    if not (np.ndim(eps) == 0 and 0 < float(eps) < limit):
-        raise ValueError(f"eps must be in (0, sqrt(lr*wd/2)) = (0, {limit:.6g}); got {eps!r}")
-    return float(eps)
+    return float(checked("eps", eps, Float(0, math.sqrt(lr * wd / 2), note=" (0 < eps < sqrt(lr*wd/2))")))
 
 
 def theorem_W1(norm, *, lr, wd, eps, batch_size, dim):
@@ -274,17 +268,15 @@ def theorem_W1(norm, *, lr, wd, eps, batch_size, dim):
     """
     lr, wd = _positive("lr", lr), _positive("wd", wd)
     eps = _check_eps(eps, lr, wd)
-    batch_size = _positive("batch_size", batch_size, integer=True)
-    dim = _positive("dim", dim, integer=True, minimum=3)
+    batch_size = _count("batch_size", batch_size)
+    dim = _count("dim", dim, minimum=3)
     arg = 64 * np.asarray(norm, dtype=np.float64) ** 2 * eps * math.sqrt(batch_size) / (lr * math.sqrt(dim - 2))
     return np.maximum(np.log(arg) / (2 * (lr * wd - 2 * eps**2)), 0.0)
 
 
 def theorem_W2(delta):
     """W_2 = 9 ln(1/δ) of Thm 3.1 (each step leaves the cone with probability >= 1/9 once ‖w‖ is small)."""
-    if not (np.ndim(delta) == 0 and 0 < float(delta) < 1):
-        raise ValueError(f"delta must be in (0, 1); got {delta!r}")
-    return 9 * math.log(1 / float(delta))
+    return 9 * math.log(1 / float(checked("delta", delta, Float(0, 1))))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..params import is_int
 from .arrays import CifarArrays
 
 __all__ = ["DeviceData", "EpochPlan"]
@@ -51,7 +52,7 @@ class DeviceData:
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True, mean=None, std=None):
-        if not (isinstance(pad, int) and pad >= 0):
+        if not (is_int(pad) and pad >= 0):
             raise ValueError(f"pad must be an integer >= 0; got {pad!r}")
         self.device = torch.device(device)
         self.dtype, self.channels_last, self.pad, self.augment = dtype, channels_last, pad, augment
@@ -83,7 +84,7 @@ class DeviceData:
         self._cols_flipped = (self.w - 1 - ar_w).view(1, self.w)
 
     def steps_per_epoch(self, batch_size: int) -> int:
-        if not (isinstance(batch_size, (int, np.integer)) and 1 <= batch_size <= self.n_train):
+        if not (is_int(batch_size) and 1 <= batch_size <= self.n_train):
             raise ValueError(f"batch_size must be an integer in [1, n_train = {self.n_train}]; got {batch_size!r}")
         return self.n_train // batch_size
 

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..models import PreResNet
+from ..params import is_int
 from . import files
 from .arrays import CifarArrays
 from .config import TRAJECTORY_KEYS, TrainConfig
@@ -201,7 +202,7 @@ def load_runs(out) -> list[dict]:
                 if metrics_path.exists() else [])
         metrics = {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
         cfg = manifest.get("config")
-        if not isinstance(cfg, dict) or type(cfg.get("schedule")) is not str or type(cfg.get("seed")) is not int:
+        if not isinstance(cfg, dict) or type(cfg.get("schedule")) is not str or not is_int(cfg.get("seed")):
             raise RunError(f"{manifest_path} has no config with schedule and seed (hand-edited?); delete the folder "
                            f"{manifest_path.parent}")
         runs.append({"schedule": cfg["schedule"], "seed": cfg["seed"], "dir": manifest_path.parent,
@@ -295,7 +296,7 @@ def load_checkpoint(folder, manifest: dict) -> dict:
 def _check_epoch(saved: dict, config: TrainConfig, path: Path) -> None:
     """The checkpoint's epoch is an integer in [1, epochs] with one metrics row per epoch."""
     epoch, rows = saved["epoch"], len(saved["metrics"])
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= config.epochs or rows != epoch:
+    if not (is_int(epoch) and 1 <= epoch <= config.epochs and rows == epoch):
         raise RunError(f"{path} records epoch {epoch!r} with {rows} metrics rows, not an epoch in [1, "
                        f"{config.epochs}] with one row each (hand-edited?); restore it, or delete the folder "
                        f"{path.parent} to train this run again from the start")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..params import is_int
 from .arrays import CIFAR10_ARCHIVE, CIFAR10_ARCHIVE_MD5, CIFAR10_URL, CLASSES, HOW_TO_GET, CifarArrays, DataError
 from .arrays import _check_batch_size, _check_split, _file_hash, load_npz
 from .image_folder import _is_archive, _is_image_folder, load_image_folder
@@ -243,7 +244,7 @@ def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise:
     Images are uint8 ``(N, 32, 32, 3)``, labels balanced and shuffled.  For tests and smoke runs only.
     """
     for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if not (isinstance(v, (int, np.integer)) and v >= 1):
+        if not (is_int(v) and v >= 1):
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
     rng = np.random.default_rng(seed)
     templates = np.kron(rng.normal(size=(10, 4, 4, 3)), np.ones((1, 8, 8, 1)))  # blocky 32×32 patterns
