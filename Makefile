@@ -9,7 +9,7 @@ ARGS    ?=
 # 2-thread torch processes on a 2-core machine run many times slower than two 1-thread ones.
 export OMP_NUM_THREADS ?= 1
 # `make test` runs pytest on every core this process may use (pytest-xdist workers of one thread each);
-# a committed notebook's cells, and the SLURM tests, share one worker (tests/arithmetic.py).  JOBS=1 for one.
+# a committed notebook's cells, and the SLURM tests, share one worker (tests/grouping.py).  JOBS=1 for one.
 JOBS    ?= $(shell $(PYTHON) -c "import os; print(max(1, len(os.sched_getaffinity(0))))")
 
 .PHONY: help install lock book test lint browser-check chapter execute unit compat clean
