@@ -12,7 +12,7 @@ Beyond each field's own range, :meth:`TrainConfig.validate` refuses a weight dec
 lr·wd at or beyond :func:`lr_wd_limit`, where SGD with momentum blows the weights up from the first step, and for an
 exponential schedule an lr·wd at which its growth rate α does not exist (:func:`explr.schedules.alpha`).
 
-The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.schedule`.
+The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.played`.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ __all__ = [
     "milestones_at",
 ]
 
-#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.schedule`.
+#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.played`.
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 #: the schedules played as an exponential equivalent without weight decay: they need a scale-invariant network
 #: and are played with ``rescale_above``.
