@@ -8,7 +8,7 @@ every image loaded; no error output, no stderr warning, no docutils error in the
 local link resolves, to a file and, for ``#anchor`` links, to an element with that id; no
 JavaScript exception and no missing local resource. A page that fails leaves two full-page
 screenshots in test-artifacts/screenshots/, at 1280 and at 800 px; ``BOOKCHECK_SCREENSHOTS=all``
-(``make browser-check`` sets it) takes them of every page. (They are 3.5 s a page, about half the
+(``make browser-check`` sets it) takes them of every page. (They cost about half the
 check's time, so ``make test`` takes them only where they explain a failure.)
 
 Chapter pages also: theorems/lemmas/definitions and figures carry the chapter's number
