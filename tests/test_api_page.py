@@ -1,4 +1,4 @@
-"""The API page (book/api.md, .ci/apiref.py): its summary table names every public name of the scheduler and the
+"""The API page (book/api.md, sphinxext/apiref.py): its summary table names every public name of the scheduler and the
 schedules, its quick start runs as written, and every public schedule builder and PerStepLR gets its LR curve."""
 import importlib
 import re
@@ -47,11 +47,11 @@ def test_the_api_pages_quick_start_runs_as_written(one_thread):
 @pytest.fixture(scope="module")
 def apiref():
     pytest.importorskip("sphinx")
-    sys.path.insert(0, str(ROOT / ".ci"))
+    sys.path.insert(0, str(ROOT / "sphinxext"))
     try:
         yield importlib.import_module("apiref")
     finally:
-        sys.path.remove(str(ROOT / ".ci"))
+        sys.path.remove(str(ROOT / "sphinxext"))
 
 
 def test_every_schedule_builder_and_the_scheduler_get_an_lr_curve(apiref, one_thread):

@@ -10,8 +10,8 @@
   SMOKE alone is not made either: each run already is one, plus a change);
 * ``INVALID``: an out-of-range value per chapter, which must stop the chapter at its check cell (the first
   cell after the parameters) with a one-line error naming it.  These runs execute the chapter's cells in
-  the test's own process, up to that cell, with the parameter cell papermill injects: a kernel would cost
-  about 4 s of start and imports per run to evaluate one cell.
+  the test's own process, up to that cell, with the parameter cell papermill injects: a kernel's start and
+  imports would cost more than the one cell they evaluate.
 
 nbval (``pytest book --nbval-lax``, part of ``make test``) separately re-runs the committed
 notebooks with their default parameters and compares the cells tagged ``nbval-check-output``.
@@ -127,7 +127,7 @@ def with_tmp(parameters: dict, tmp_path) -> dict:
 
 
 def run_chapter(chapter, parameters, tmp_path):
-    """Execute ``chapter`` with ``parameters`` (its arithmetic perturbed, tests/arithmetic.py).  Its figures are
+    """Execute ``chapter`` with ``parameters`` (its arithmetic perturbed, tests/roundoff_guard.py).  Its figures are
     drawn but not rendered (matplotlib's Agg backend): rendering them is a fifth of a smoke run's time, and the
     committed chapters' figures are rendered by nbval and looked at by the browser check."""
     import papermill as pm
@@ -142,8 +142,8 @@ def run_chapter(chapter, parameters, tmp_path):
             cwd=str(BOOK),
             kernel_name="python3",
             progress_bar=False,
-            # the outputs are complete when the last cell returns: stopping the kernel at once instead of
-            # waiting for it to exit saves about 2.5 s of every run (measured on chapter 1, 3 runs each)
+            # the outputs are complete when the last cell returns: stop the kernel at once, not waiting for it
+            # to exit
             shutdown_kernel="immediate",
         )
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import explr.cifar10.schedule as schedule_mod
+import explr.cifar10.played as played_mod
 from explr.cifar10 import hardware
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESCALE_ABOVE_MAX
@@ -122,7 +122,7 @@ def test_the_schedule_must_fit_in_memory_and_is_checked_before_it_is_built(npz, 
     def never(*args, **kwargs):
         raise AssertionError("the schedule was built before its size was checked")
 
-    monkeypatch.setattr(schedule_mod, "step_decay", never)
+    monkeypatch.setattr(played_mod, "step_decay", never)
     # 10,000 epochs x 6 steps x 256 bytes = 15 MB
     refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "10000"], capsys, "--epochs",
             "0.0143 GiB of memory, more than the 0.00977 GiB available")

@@ -12,7 +12,7 @@ from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, ad
 
 from cifar10_helpers import CLI_TINY
 from explr.cifar10.config import default_decay_epochs
-from explr.cifar10.schedule import played_schedule
+from explr.cifar10.played import played_schedule
 from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -8,7 +8,7 @@ from explr.cifar10.config import TrainConfig
 from explr.cifar10.arrays import CifarArrays
 from explr.cifar10.sources import make_synthetic
 from explr.cifar10.engine import Trainer
-from explr.cifar10.schedule import played_schedule
+from explr.cifar10.played import played_schedule
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 

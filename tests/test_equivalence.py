@@ -132,12 +132,10 @@ def test_rescaling_keeps_an_overflowing_float32_run_finite_and_exact_in_float64(
 def test_rescaled_float32_run_agrees_with_float64_sgd_while_not_chaotic(digits64, monkeypatch):
     """At the paper's λη = 5e-5 nothing amplifies rounding over 300 steps, so a float32 run of the
     equivalent exponential LR, rescaled on the way (c = 1/2 here), stays within float32 rounding of the
-    float64 SGD + WD run: measured at most 2.6 ε₃₂ (ε₃₂ = 1.2e-7), also with the arithmetic perturbed
-    (tests/arithmetic.py), asserted below 100 ε₃₂.  Not longer: over 400 steps one machine measured
-    4.9e-4 at step 400 (2.3 ε₃₂ up to step 350), where float32 chaos starts, which is no claim to assert.
-    The negative control undoes v → v/c at each rescaling (the mistake of rescaling θ and lr but not
-    the momentum buffer): that run ends 0.1 apart (measured), ten thousand times the tolerance, and
-    must fail a thousand times it."""
+    float64 SGD + WD run: asserted below 100 ε₃₂ (ε₃₂ = 1.2e-7), also with the arithmetic perturbed
+    (tests/roundoff_guard.py).  Not longer: past about 350 steps float32 chaos starts, which is no claim to
+    assert.  The negative control undoes v → v/c at each rescaling (the mistake of rescaling θ and lr but
+    not the momentum buffer): it must fail a thousand times the tolerance."""
     steps, lr, wd = 300, 0.1, 5e-4
     s = exp_lr(lr, wd, 0.9, steps)
     batches64 = digit_batches(digits64, steps)

@@ -466,7 +466,7 @@ def test_from_schedule_names_the_types_it_accepts():
 
 def test_a_long_plain_schedule_is_stored_compactly():
     """10^6 steps: the stored schedule is one float64 array (8 bytes per step) and building it peaks at
-    about twice the input (the old per-step parts and their fingerprint copies took ~12x)."""
+    about twice the input."""
     lr = np.full(10**6, 0.1)
     opt = one_param_sgd()
     tracemalloc.start()

@@ -158,7 +158,7 @@ def test_everything_derived_is_current():
     assert run.returncode == 0, run.stdout
 
 
-@pytest.mark.slow  # five runs of .ci/colab_cell.py and one of jupyter-book (about 8 s)
+@pytest.mark.slow  # five runs of .ci/colab_cell.py and one of jupyter-book
 def test_setting_the_repository_url_once_changes_every_link_button_and_install_cell(tmp_path):
     files = _copy_for_the_url(tmp_path)
     assert _run_colab_cell(tmp_path, "--published").returncode == 1, "the placeholder passes --published"

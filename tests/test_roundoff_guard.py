@@ -4,7 +4,7 @@ A two-cell notebook is executed here with the arithmetic as ``make execute`` has
 chapter.  Its first cell prints raw sums (a float32 reduction and a float64 matmul), whose last digits
 depend on the thread count and on MKL's code path; its second prints a round-off deviation through
 :func:`explr.book.checks.shown`.  nbval then compares the outputs: without the guard both pass (the run is
-deterministic on one machine), with it (``-p arithmetic``, as ``make test`` has it) the raw sums fail and
+deterministic on one machine), with it (``-p roundoff_guard``, as ``make test`` has it) the raw sums fail and
 the rule's output passes.
 """
 import json
@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from arithmetic import PERTURBED, RERUN_PERTURBED
+from roundoff_guard import PERTURBED, rerun_perturbed
 
 TESTS = Path(__file__).resolve().parent
 
@@ -35,9 +35,6 @@ n = a.numpy()  # the same product by numpy's BLAS: the two differ at round-off, 
 deviation = abs(float((a @ a).sum()) - float((n @ n).sum())) / float(abs(n @ n).sum())
 print("torch vs numpy matmul, relative:", shown(deviation, 1e-9))
 """
-
-pytestmark = pytest.mark.slow
-
 
 @contextmanager
 def native_arithmetic():
@@ -76,6 +73,7 @@ def nbval(path: Path, *plugins: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=path.parent, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_raw_sum_fails_the_guard_and_the_rounded_deviation_passes(tmp_path):
     path = committed_notebook(tmp_path)
     outputs = [json.dumps(c["outputs"]) for c in nbformat.read(path, as_version=4).cells]
@@ -84,14 +82,15 @@ def test_a_raw_sum_fails_the_guard_and_the_rounded_deviation_passes(tmp_path):
     plain = nbval(path)
     assert plain.returncode == 0, plain.stdout[-3000:]  # deterministic on one machine: nbval alone cannot tell
 
-    guarded = nbval(path, "arithmetic")
+    guarded = nbval(path, "roundoff_guard")
     assert guarded.returncode == 1, guarded.stdout[-3000:]
     assert "FAILED committed.ipynb::Cell 0" in guarded.stdout, guarded.stdout[-3000:]
     assert "PASSED committed.ipynb::Cell 1" in guarded.stdout, guarded.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_the_chapter_tests_perturbation_changes_a_float64_matmul():
-    """The papermill runs' :data:`RERUN_PERTURBED` is a perturbation too: the matmul's last digits move."""
+    """The papermill runs' :func:`rerun_perturbed` is a perturbation too: the matmul's last digits move."""
     def matmul(env):
         code = SETUP + "print(repr(float((a @ a).sum())))"
         run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -100,5 +99,13 @@ def test_the_chapter_tests_perturbation_changes_a_float64_matmul():
 
     with native_arithmetic():
         native = matmul(dict(os.environ))
-    perturbed = matmul({**os.environ, **RERUN_PERTURBED})
-    assert native != perturbed, f"{RERUN_PERTURBED} leaves the matmul at {native}"
+    perturbed = matmul({**os.environ, **rerun_perturbed()})
+    assert native != perturbed, f"{rerun_perturbed()} leaves the matmul at {native}"
+
+
+def test_loading_the_plugins_imports_no_torch():
+    """torch is imported for a chapter test's perturbation only, not by every pytest run that loads the plugins."""
+    code = "import sys, grouping, roundoff_guard; print('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(TESTS)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout.split() == ["False"], run.stdout + run.stderr[-2000:]

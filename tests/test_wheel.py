@@ -192,7 +192,7 @@ print(json.dumps({"file": explr.__file__, "version": explr.__version__, "help_ex
 """
 
 
-@pytest.mark.slow  # builds a wheel and starts python four times (about 15-25 s on two busy cores)
+@pytest.mark.slow  # builds a wheel and starts python four times
 def test_wheel_installs_clean_and_imports_without_the_book_stack(tmp_path):
     # 1. build the wheel from a copy of the checkout
     src = tmp_path / "checkout"
@@ -267,7 +267,7 @@ def setuptools_floor() -> str:
     return spec.version
 
 
-@pytest.mark.slow  # installs setuptools into a side venv and builds a wheel (about 10 s)
+@pytest.mark.slow  # installs setuptools into a side venv and builds a wheel
 def test_the_wheel_builds_with_the_oldest_setuptools_declared(tmp_path):
     """With exactly the floor of ``[build-system]`` (no build isolation, so no newer setuptools can stand in):
     pip fetches ``setuptools==<floor>`` from its cache or the package index into a venv of its own."""

@@ -71,8 +71,8 @@ def build_book() -> tuple[int, str, float]:
 
 @functools.cache
 def localmathjax():
-    """.ci/localmathjax.py, the Sphinx extension that copies the pinned MathJax into the built book."""
-    spec = importlib.util.spec_from_file_location("localmathjax", ROOT / ".ci" / "localmathjax.py")
+    """sphinxext/localmathjax.py, the Sphinx extension that copies the pinned MathJax into the built book."""
+    spec = importlib.util.spec_from_file_location("localmathjax", ROOT / "sphinxext" / "localmathjax.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

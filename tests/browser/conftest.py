@@ -3,7 +3,7 @@
 The book is built *without executing the notebooks* (their committed outputs are what nbval checks
 in the same `make test`), with the configuration of _config.yml otherwise and with ``-W -n``, into
 ``_build/browser``. Pages are opened from disk (``file://``) and every outside request is refused:
-the book carries its own MathJax (the pinned copy of django-static-mathjax, which .ci/localmathjax.py
+the book carries its own MathJax (the pinned copy of django-static-mathjax, which sphinxext/localmathjax.py
 puts into its ``_static/mathjax``), so the check runs offline and sees what a reader offline sees.
 
 Chromium is Debian's (``apt-get install chromium``; ``.ci/run`` installs it), driven by Playwright,

@@ -8,7 +8,7 @@ every image loaded; no error output, no stderr warning, no docutils error in the
 local link resolves, to a file and, for ``#anchor`` links, to an element with that id; no
 JavaScript exception and no missing local resource. A page that fails leaves two full-page
 screenshots in test-artifacts/screenshots/, at 1280 and at 800 px; ``BOOKCHECK_SCREENSHOTS=all``
-(``make browser-check`` sets it) takes them of every page. (They are 3.5 s a page, about half the
+(``make browser-check`` sets it) takes them of every page. (They cost about half the
 check's time, so ``make test`` takes them only where they explain a failure.)
 
 Chapter pages also: theorems/lemmas/definitions and figures carry the chapter's number
@@ -128,7 +128,7 @@ def _problems(report: dict, html: Path, log: dict) -> list[str]:
         foreign = [s for s in report["mathjaxScripts"] if not s.startswith(own)]
         if foreign or not report["mathjaxScripts"]:
             out.append(f"MathJax not loaded from the book's own {own}: {report['mathjaxScripts']} "
-                       "(mathjax_path in _config.yml, .ci/localmathjax.py)")
+                       "(mathjax_path in _config.yml, sphinxext/localmathjax.py)")
         elif report["mathjax"] != localmathjax().version():
             out.append(f"MathJax {report['mathjax']} ran, not the pinned {localmathjax().version()}")
     if report["mathUnrendered"]:
@@ -469,11 +469,11 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
 
 
 def test_api_page_lists_every_cli_option(book_html):
-    """The API reference's CLI section (book/api.md, .ci/apiref.py) is the parser's: every option of
+    """The API reference's CLI section (book/api.md, sphinxext/apiref.py) is the parser's: every option of
     ``python -m explr.cifar10 --help`` but ``--help`` has its entry, with --help's text, and no other."""
     from explr.cifar10.__main__ import build_parser
 
-    sys.path.insert(0, str(ROOT / ".ci"))
+    sys.path.insert(0, str(ROOT / "sphinxext"))
     import apiref
 
     html = (book_html / "book" / "api.html").read_text()

@@ -7,7 +7,7 @@
 **The round-off rule** (:func:`shown`).  A committed output must read the same on every machine.  A
 float64 deviation far below its tolerance is set by the order of the operations: MKL and ATen choose
 their kernels by CPU (AVX2, AVX-512, ...), and reductions split by thread count, so its digits move from
-machine to machine (measured on this book: 5.2e-17 on one CPU, 1.13e-16 on another).  A claim whose
+machine to machine.  A claim whose
 tolerance is at most :data:`EXACTNESS` = 1e-6 is a claim of exactness up to round-off (or up to an ODE
 solver's tolerance), and its deviation is shown as a bound instead of its digits:
 
@@ -17,7 +17,7 @@ a power of ten at least ten times below the tolerance.  The bound is a true stat
 shows the claim's margin, and a perturbation of the arithmetic would have to grow the value to a tenth of
 the tolerance before the text changed.  A value at or above ``B``, and any value checked against a looser
 tolerance (a slope, a ratio, a fraction of windows that is exactly 0), is a quantity of its own and is
-shown with three significant digits.  ``tests/arithmetic.py`` reruns every chapter with the arithmetic
+shown with three significant digits.  ``tests/roundoff_guard.py`` reruns every chapter with the arithmetic
 perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count),
 and nbval fails on an output that moves.
 

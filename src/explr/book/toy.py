@@ -206,8 +206,7 @@ def simulate(
     (:func:`population_grad`), for the BN models only (the WD model's expected gradient has no closed
     form); run it in float64, since between its bursts the error decays far below float32's range.
     ``wd`` is λ of the ``"wd"`` and ``"bn+wd"`` models (``"bn"`` uses none).  Reproducible from
-    ``seed``.  float32 (default) is ~4x faster on a CPU than float64 and ample for the recorded angles
-    of finite-batch runs.
+    ``seed``.  float32 (default) is the faster, and ample for the recorded angles of finite-batch runs.
     """
     models = _check_models(models)
     steps = _count("steps", steps)

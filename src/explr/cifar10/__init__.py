@@ -4,7 +4,7 @@ Modules, each one concern, from the settings up to the command line:
 
 * :mod:`~explr.cifar10.config` -- :class:`TrainConfig`, every setting declared once (CLI, ``config_to_argv``,
   validation and resume checks come from it);
-* :mod:`~explr.cifar10.schedule` -- the five schedules a config plays (:func:`played_schedule`: an
+* :mod:`~explr.cifar10.played` -- the five schedules a config plays (:func:`played_schedule`: an
   :class:`~explr.schedules.EquivalentSchedule` or a :class:`~explr.schedules.PlainSchedule`, with ``.lr`` and
   ``.wd`` per step), built and checked once;
 * :mod:`~explr.cifar10.plans` -- the named experiment plans (main, ablation, paper-scale);
@@ -42,7 +42,7 @@ from .plans import experiment_plan
 from .results import committed_results, experiment_runs
 from .runfolder import load_runs, read_metrics, run_dir
 from .runs import RunResult, train_run
-from .schedule import played_schedule
+from .played import played_schedule
 from .sources import load_cifar10, make_synthetic
 from .status import Status
 from .sweep import run_many, run_plan

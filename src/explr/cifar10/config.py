@@ -12,7 +12,7 @@ Beyond each field's own range, :meth:`TrainConfig.validate` refuses a weight dec
 lr·wd at or beyond :func:`lr_wd_limit`, where SGD with momentum blows the weights up from the first step, and for an
 exponential schedule an lr·wd at which its growth rate α does not exist (:func:`explr.schedules.alpha`).
 
-The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.schedule`.
+The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.played`.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ __all__ = [
     "milestones_at",
 ]
 
-#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.schedule`.
+#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.played`.
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 #: the schedules played as an exponential equivalent without weight decay: they need a scale-invariant network
 #: and are played with ``rescale_above``.
@@ -82,7 +82,7 @@ RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
 MAX_EPOCHS = 100_000
 #: the deepest PreResNet: 6n + 2 with n = 200, He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet
 #: trained in the literature (19.4M parameters).  Building and training cost grow linearly with the depth, and far
-#: deeper ones only run out of memory after minutes (6,000,002: a MemoryError after 90 s) or never finish building.
+#: deeper ones run out of memory only late or never finish building.
 MAX_DEPTH = 1202
 #: the most CPU threads a run may ask for: more than the hardware threads of any one machine today (two 192-core
 #: CPUs with SMT have 768), and ``torch.set_num_threads`` takes a C int.  Beyond the CPUs this process may use

@@ -37,7 +37,7 @@ from .config import TrainConfig
 from .data import DeviceData, EpochPlan
 from .hardware import param_dtype, resolve_device, resolve_precision
 from .lock import RunError
-from .schedule import played_schedule, rescale_limit
+from .played import played_schedule, rescale_limit
 
 __all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged", "check_checkpoint", "check_metrics_file",
            "check_progress"]

@@ -6,12 +6,10 @@ cgroup quota (``cpu.max`` of cgroup v2: ``"<quota> <period>"``, or ``cpu.cfs_quo
 ``cpu.cfs_period_us`` of v1).  :func:`available_cpus` takes the smaller of the two.
 
 Thread count (:func:`default_threads`).  torch's OpenMP threads meet at a barrier after every
-parallel operator, so one thread that loses its core to another process stalls all the others: on 2
-cores with a one-core busy loop beside it, 2 threads ran at 0.27-0.33 of their unloaded speed (issue #15,
-README), 1 thread at 0.98.
-The default therefore leaves one CPU free, ``max(1, available − 1)`` threads, and on a GPU, where
-the CPU only launches kernels, 1 thread per run; ``--threads`` overrides.  README states the measured
-speeds with and without a busy loop beside the engine.
+parallel operator, so one thread that loses its core to another process stalls all the others
+(docs/cifar10-engine.md, "CPU threads", gives the speeds).  The default therefore leaves one CPU free,
+``max(1, available − 1)`` threads, and on a GPU, where the CPU only launches kernels, 1 thread per run;
+``--threads`` overrides.
 
 A sweep's pool (:func:`workers`) has no more worker processes than runs, and on the CPU no more than the CPUs.
 

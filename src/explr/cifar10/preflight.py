@@ -19,7 +19,7 @@ from .config import JOBS, TrainConfig
 from .hardware import resolved_settings
 from .lock import RunLocked
 from .runfolder import check_folder, check_run, check_writable, run_dir
-from .schedule import played_schedule, rescale_limit
+from .played import played_schedule, rescale_limit
 from .sources import load_cifar10
 
 __all__ = ["check_before_data", "prepare"]
@@ -27,7 +27,7 @@ __all__ = ["check_before_data", "prepare"]
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
-    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.schedule.played_schedule`
+    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.played.played_schedule`
     checks it), and play it into a dummy optimizer (:class:`~explr.lr_scheduler.PerStepLR` checks
     ``rescale_above``); one ``ValueError`` line naming the run otherwise."""
     n = len(arrays.y_train)
