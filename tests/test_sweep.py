@@ -11,6 +11,7 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.preflight import prepare
 from explr.cifar10.sources import make_synthetic
+from explr.cifar10.status import RunState
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
@@ -129,4 +130,4 @@ def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tm
     assert run["manifest"]["resolved"]["threads"] == 2
     configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
     _, checks, _ = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
-    assert [c.state for c in checks] == ["finished", "new"]
+    assert [c.state for c in checks] == [RunState.FINISHED, RunState.NEW]

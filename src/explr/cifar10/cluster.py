@@ -22,7 +22,7 @@ from .lock import RunLocked
 from .preflight import prepare
 from .runfolder import run_dir
 from .runs import SWEEP_GOES_ON, RunResult, train_run
-from .status import Status
+from .status import RunState, Status
 
 __all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
 
@@ -154,7 +154,7 @@ def _skipped(folder: str, check) -> RunResult | None:
     """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
     if isinstance(check, RunLocked):
         return RunResult.of_error(folder, check)
-    if check.state == "finished":
+    if check.state is RunState.FINISHED:
         return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
     return None
 

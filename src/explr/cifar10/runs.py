@@ -57,7 +57,7 @@ from .runfolder import (
     write_file,
 )
 from .sources import load_cifar10
-from .status import Status
+from .status import RunState, Status
 
 __all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "git_commit", "train_run"]
 
@@ -185,7 +185,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     resolved = resolved_settings(config)
     out = Path(out)
     trainer = None
-    if check_run(config, out, arrays, resume, resolved).state != "finished":  # before anything is created
+    if check_run(config, out, arrays, resume, resolved).state is not RunState.FINISHED:  # before anything is created
         torch.set_num_threads(resolved["threads"])
         trainer = Trainer(config, arrays, model=model)
     with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
@@ -194,10 +194,11 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
         if lock.stale_pid:
             print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
                   file=sys.stderr)
-        if check.state == "finished":
+        if check.state is RunState.FINISHED:
             return _finished(out)
         trainer = trainer or Trainer(config, arrays, model=model)
-        return _train(config, out, arrays, trainer, check.state == "resume", resolved, progress, position, stop_after)
+        resuming = check.state is RunState.RESUME
+        return _train(config, out, arrays, trainer, resuming, resolved, progress, position, stop_after)
 
 
 def _finished(out: Path) -> RunResult:

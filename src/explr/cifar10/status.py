@@ -1,5 +1,5 @@
 """How a run stands or ended: :class:`Status`, the words its manifest and the CLI's report say and the exit code
-that the CLI and a worker process return for it.
+that the CLI and a worker process return for it; :class:`RunState`, what a run folder holds before a run starts.
 
 A run's process exits with its ``Status.exit_code``: 0 when it finished (or stopped early as asked), 3 diverged,
 4 its folder was taken by another process, 5 a worker or cluster job failed, 6 the disk filled up; a signal ends
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Status", "RECORDED"]
+__all__ = ["Status", "RunState", "RECORDED"]
 
 
 class Status(str, enum.Enum):
@@ -37,6 +37,16 @@ class Status(str, enum.Enum):
 
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
+
+
+class RunState(enum.Enum):
+    """What :func:`~explr.cifar10.runfolder.check_run` found in a run folder: no run yet (NEW), a run to continue
+    from its checkpoint (RESUME), or a finished run (FINISHED).  Not a :class:`Status` (a folder's state before a
+    run starts, not how a run ended), nor a ``str``: it is compared with its members only."""
+
+    NEW = "new"
+    RESUME = "resume"
+    FINISHED = "finished"
 
 
 #: the statuses a run's manifest records (the others are what a sweep reports of a run it could not train).
