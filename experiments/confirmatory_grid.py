@@ -382,7 +382,7 @@ def main(argv=None) -> int:
             parser.error(str(err))
         except DiskFull as err:
             print(err, file=sys.stderr)
-            return Status.DISK_FULL.exit_code
+            return exit_code(err)
         except KeyboardInterrupt as err:
             print(f"{parser.prog}: interrupted by {signal_name(err)}; the runs keep their last checkpoints: rerun "
                   "with --resume to continue the grid", file=sys.stderr)
