@@ -4,7 +4,7 @@ import signal
 import pytest
 
 from explr.cifar10.lock import DiskFull, Terminated, exit_code
-from explr.cifar10.status import RunState, Status
+from explr.cifar10.status import RECORDED, RunState, Status
 
 
 def test_each_nonzero_exit_code_reads_back_as_its_status():
@@ -29,5 +29,6 @@ def test_any_other_exit_code_is_a_failed_worker(code):
     assert Status.from_exit_code(code) is Status.FAILED
 
 
-def test_a_folder_state_is_no_status():
+def test_a_manifest_records_a_full_disk_and_a_folder_state_is_no_status():
+    assert Status.DISK_FULL in RECORDED and Status.FAILED not in RECORDED
     assert RunState.FINISHED != Status.FINISHED and RunState.FINISHED != "finished"  # compared with members only

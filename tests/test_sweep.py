@@ -95,7 +95,7 @@ def manifest_of(folder, status, message="the worker's own line"):
     (Status.FINISHED, 0, Status.FINISHED, "own"), (Status.INTERRUPTED, 0, Status.INTERRUPTED, "own"),  # stop_after
     (Status.DIVERGED, 3, Status.DIVERGED, "own"),
     (Status.FINISHED, 4, Status.LOCKED, "taken by another process"),  # another process's run
-    (Status.RUNNING, 6, Status.DISK_FULL, "the disk filled up"),
+    (Status.DISK_FULL, 6, Status.DISK_FULL, "own"), (Status.RUNNING, 6, Status.DISK_FULL, "the disk filled up"),
     (Status.INTERRUPTED, 143, Status.INTERRUPTED, "own"),  # a signal the worker caught and recorded
     (Status.RUNNING, -9, Status.FAILED, "exited with code -9"), (None, 1, Status.FAILED, "exited with code 1")])
 def test_a_workers_exit_code_says_what_its_run_folder_cannot(recorded, code, status, message, tmp_path):

@@ -5,8 +5,8 @@ check made before the folder is used.  :mod:`explr.cifar10.lock` holds its lock,
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 
     manifest.json    full config, resolved device/precision/threads, data source (name,
-                     kind, sha256), git commit, torch version, status ("running",
-                     "finished", "diverged", "interrupted") and ``checkpoint_sha256``, the
+                     kind, sha256), git commit, torch version, status (one of
+                     :data:`~explr.cifar10.status.RECORDED`) and ``checkpoint_sha256``, the
                      sha256 of checkpoint.pt as last written (the digest of the one being
                      written, ``checkpoint_sha256_writing``, is recorded before it is written)
     metrics.jsonl    one JSON object per finished epoch; rewritten atomically

@@ -65,4 +65,4 @@ class RunState(enum.Enum):
 
 
 #: the statuses a run's manifest records (the others are what a sweep reports of a run it could not train).
-RECORDED = (Status.RUNNING, Status.FINISHED, Status.INTERRUPTED, Status.DIVERGED)
+RECORDED = (Status.RUNNING, Status.FINISHED, Status.INTERRUPTED, Status.DIVERGED, Status.DISK_FULL)
