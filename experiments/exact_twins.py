@@ -35,12 +35,11 @@ import numpy as np
 import torch
 
 from explr.book.twins import PAIRS, PRECISIONS, RUNS, TwinSettings, run_unit, summarise
-from explr.cifar10.__main__ import _Parser as OneLineParser  # errors in one line, exit 2; negative values
 from explr.cifar10.arrays import DataError, load_npz
-from explr.cifar10.config import MAX_SEED, TrainConfig, argument_type, default_decay_epochs
+from explr.cifar10.config import CommandLineParser, TrainConfig, argument_type, default_decay_epochs
 from explr.cifar10.files import atomic_write
 from explr.models import PreResNet
-from explr.params import Float, Int
+from explr.params import MAX_SEED, Float, Int
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = time.time()
@@ -61,8 +60,8 @@ def fail(msg: str) -> SystemExit:
 
 
 def parse(argv=None):
-    p = OneLineParser(prog="exact_twins.py", description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawTextHelpFormatter)
+    p = CommandLineParser(prog="exact_twins.py", description=__doc__.split("\n\n")[0],
+                          formatter_class=argparse.RawTextHelpFormatter)
 
     def rule(name, r=None):
         return argument_type(name, r if r is not None else ENGINE[name])
