@@ -34,10 +34,11 @@ finished run is never rerun (the engine returns it as it is).
 A run interrupted by a signal to the grid (SIGINT, SIGTERM, SIGHUP, SIGUSR2; a worker whose parent dies gets
 SIGTERM) is not a failed attempt: the engine catches the signal, records status "interrupted" with the signal's
 name and keeps its last checkpoint, and ``--resume`` continues it from there; so does a run stopped by a full
-disk ("interrupted", exit code 6).  What tells the two apart is the engine's own record: "diverged" and a
-"running" left by a dead process say the run itself went wrong, "interrupted" says it was stopped from outside.
-A grid killed with SIGKILL while its runs train in its own process (``--jobs 1``), or a disk so full that not even
-the manifest could record "interrupted", leaves "running" and reads as a crash: one of the plan's failures.
+disk ("disk full", exit code 6).  What tells the two apart is the engine's own record: "diverged" and a
+"running" left by a dead process say the run itself went wrong, "interrupted" and "disk full" say it was stopped
+from outside.  A grid killed with SIGKILL while its runs train in its own process (``--jobs 1``), or a disk so full
+that not even the manifest could record "disk full", leaves "running" and reads as a crash: one of the plan's
+failures.
 
 Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the others into
 ``<out>/ablation-<corrections>/...`` (the layout of ``results/cifar10-full``), each with its manifest, whose
@@ -382,7 +383,7 @@ def main(argv=None) -> int:
             parser.error(str(err))
         except DiskFull as err:
             print(err, file=sys.stderr)
-            return Status.DISK_FULL.exit_code
+            return exit_code(err)
         except KeyboardInterrupt as err:
             print(f"{parser.prog}: interrupted by {signal_name(err)}; the runs keep their last checkpoints: rerun "
                   "with --resume to continue the grid", file=sys.stderr)

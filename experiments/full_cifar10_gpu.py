@@ -50,6 +50,8 @@ def plan_for(size, **common):
 
 
 def pack(out: Path, dest: Path) -> None:
+    from explr.cifar10 import Status
+
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(dest / "results.tar.gz", "w:gz") as tar:
         for p in sorted(out.rglob("*")):
@@ -61,7 +63,7 @@ def pack(out: Path, dest: Path) -> None:
             status = json.loads(m.read_text()).get("status")
         except ValueError:
             status = None
-        if status != "finished" and (m.parent / "checkpoint.pt").exists():
+        if status != Status.FINISHED and (m.parent / "checkpoint.pt").exists():
             unfinished.append(m.parent / "checkpoint.pt")
     if 0 < len(unfinished) <= 3:  # the device tool brings back files of at most 16 MB
         with tarfile.open(dest / "checkpoints.tar", "w") as tar:

@@ -12,9 +12,12 @@ from explr.cifar10 import load_runs
 from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
 from explr.cifar10.arrays import write_npz
-from explr.cifar10.lock import lock_holder
+from explr.cifar10.config import TrainConfig
+from explr.cifar10.engine import TrainingDiverged
+from explr.cifar10.lock import DiskFull, lock_holder
 from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.cluster import check_launcher
+from explr.cifar10.status import Status
 
 from cifar10_helpers import CLI_TINY, alive, reproducible, tiny_arrays
 
@@ -87,3 +90,17 @@ def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "--cluster slurm" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("err, status", [(DiskFull("seed0/checkpoint.pt", "disk full while writing (test)"),
+                                          Status.DISK_FULL),
+                                         (TrainingDiverged("the training loss is nan (test)"), Status.DIVERGED)])
+def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, status, tmp_path, monkeypatch):
+    """A job's full disk was an exception, which submitit reports as the job failing: status "failed", exit code 5
+    (a worker of the local pool said "disk full", 6)."""
+    def stopped(*args, **kwargs):
+        raise err
+
+    monkeypatch.setattr(cluster, "train_run", stopped)
+    r = cluster.RunJob(TrainConfig(schedule="step"), str(tmp_path), resume=False)()
+    assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)

@@ -1,6 +1,7 @@
 """experiments/confirmatory_grid.py: the registered plan's (v3) grid, built from the plan, in seed-complete rounds;
 the plan's rule for failed runs (started again, declared missing after 3 attempts); its exit code; its dry run
 (tiny recipe, synthetic images, CPU) checks balance and resume on the engine."""
+import errno
 import importlib.util
 import json
 import os
@@ -15,6 +16,8 @@ import explr.cifar10.runs as runs_mod
 from explr.book.registration import PLAN_V3_PATH, load_plan
 from explr.book.stats import open_runs, split_runs
 from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
+from explr.cifar10 import files
+from explr.cifar10.lock import DiskFull
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 
@@ -407,3 +410,42 @@ def test_the_help_counts_the_runs_of_a_round_from_the_plan(capsys):
         grid.main(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"default 2: {2 * len(PLAN.arms)} runs at once" in help_text and "17 processes" not in help_text
+
+
+def test_a_run_a_full_disk_stopped_is_no_failed_attempt_and_resumes(tmp_path, epochs, monkeypatch):
+    """A full disk stops a run from outside: its manifest says "disk full" (said "interrupted" on main f49cb6e),
+    which is no failed attempt, and ``--resume`` continues the run from its last checkpoint."""
+    plan = tiny_plan()
+    real, full, written = files.atomic_write, [True], []
+
+    def write(path, fn):  # TEXP's second checkpoint finds the disk full
+        if full and Path(path).name == "checkpoint.pt" and "texp" in Path(path).parts:
+            written.append(path)
+            if len(written) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, fn)
+
+    monkeypatch.setattr(files, "atomic_write", write)
+    with pytest.raises(DiskFull):  # --jobs 1: the run trains in this process, and the grid stops with exit code 6
+        grid.train_grid(plan, tmp_path, arrays=ARRAYS, progress=False)
+    manifest = json.loads((run_dir(tmp_path / "main", "texp", 100) / "manifest.json").read_text())
+    assert manifest["status"] == Status.DISK_FULL and manifest["epochs_done"] == 1, manifest
+    full.clear()
+    epochs.clear()
+    assert grid.train_grid(plan, tmp_path, arrays=ARRAYS, resume=True, progress=False) == ([100], [], 0)
+    assert epochs == [("texp", 100, 1)]  # continued from its checkpoint, not started again
+    assert not (tmp_path / grid.FAILED).exists() and not (tmp_path / grid.MISSING).exists()
+
+
+def test_a_disk_full_result_of_the_pool_is_no_failed_attempt(tmp_path, monkeypatch):
+    """A worker that exited with code 6 (the pool's "disk full"): the grid's exit code, and no attempt recorded."""
+    plan = tiny_plan()
+
+    def pool(chosen, out, **kwargs):
+        return [RunResult(run_dir(Path(out) / name, c.schedule, c.seed),
+                          Status.DISK_FULL if c.schedule == "texp" else Status.FINISHED, None, "disk full (test)")
+                for name, group in chosen.items() for c in group]
+
+    monkeypatch.setattr(grid, "run_plan", pool)
+    assert grid.train_grid(plan, tmp_path, arrays=ARRAYS, progress=False).exit_code == Status.DISK_FULL.exit_code
+    assert grid.failed_attempts(tmp_path, "main", "texp", 100) == [] and not (tmp_path / grid.MISSING).exists()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from explr.cifar10.status import RunState, Status
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "explr"
 # A room is split by concern, not by line count: the cap only catches a file grown far past one concern
@@ -171,3 +173,74 @@ def test_every_public_name_has_a_reader_besides_the_tests():
 def test_the_reader_rule_catches_a_name_only_its_module_exports():
     lonely = "def used():\n    return 1\n\ndef dead():\n    return used()\n\n__all__ = ['used', 'dead']\n"
     assert unread({"explr.lonely": lonely}, ["from explr.lonely import used\n"]) == ["explr.lonely.dead"]
+
+
+# ----------------------------------------------------------------------------- one status vocabulary
+#: the words of a run's status and of a run folder's state: written as the enums' members, never as strings.
+STATUS_WORDS = {s.value for s in (*Status, *RunState)}
+#: files that may compare a bare status word, and why.
+STATUS_WORDS_EXEMPT = {
+    # Chapter 6's registered rule: its sha256 is recorded with the analysis plan (registrations.json), so it may not
+    # change; it reads `manifest.get("status") == "finished"`, the word Status.FINISHED writes.
+    "src/explr/book/verdicts.py",
+}
+STATUS_READERS = [p for p in [*FILES, *sorted((ROOT / "experiments").glob("*.py"))]
+                  if str(p.relative_to(ROOT)) not in STATUS_WORDS_EXEMPT]
+
+
+def bare_status_words(source: str) -> list[str]:
+    """``line: 'word'`` for every string constant of ``source`` that is a status word (:data:`STATUS_WORDS`) where a
+    status is meant: an operand of a comparison (``==``, ``!=``, ``in``, ...), a dict's value, an argument of a call,
+    a ``return`` value or the value assigned to an item or attribute, itself or as an element of a tuple, list or set
+    or a branch of ``a if c else b`` there.  Dict keys, names assigned to and docstrings are other words that happen
+    to be spelled alike (a timestamp "finished", a folder "failed")."""
+    def words(node):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [w for n in node.elts for w in words(n)]
+        if isinstance(node, ast.IfExp):
+            return words(node.body) + words(node.orelse)
+        return [node] if isinstance(node, ast.Constant) and node.value in STATUS_WORDS else []
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            places = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            places = node.values
+        elif isinstance(node, ast.Call):
+            places = [*node.args, *(k.value for k in node.keywords)]
+        elif isinstance(node, ast.Return):
+            places = [node.value] if node.value is not None else []
+        elif isinstance(node, ast.Assign) and any(isinstance(n, (ast.Attribute, ast.Subscript))
+                                                  for t in node.targets for n in ast.walk(t)):
+            places = [node.value]
+        else:
+            continue
+        found += [w for place in places for w in words(place)]
+    return [f"{w.lineno}: {w.value!r}" for w in sorted(found, key=lambda w: (w.lineno, w.col_offset))]
+
+
+@pytest.mark.parametrize("path", STATUS_READERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_status_is_written_as_a_bare_string(path):
+    wrong = bare_status_words(path.read_text(encoding="utf-8"))
+    assert not wrong, f"{path.relative_to(ROOT)} writes statuses as strings at {wrong}: use Status or RunState"
+
+
+def test_the_status_rule_catches_bare_status_words_and_only_them():
+    """Deliberately wrong snippets (each place a status is meant), and words spelled alike that are no status."""
+    wrong = ('if m.get("status") == "finished":\n    pass\n'
+             'ok = state != "resume" and s in ("diverged", "failed")\n'
+             'record = {"status": "disk full"}\n'
+             'manifest.update(status="interrupted")\n'
+             'def state():\n    return "new"\n'
+             'check = RunCheck("finished" if done else "resume")\n'
+             'manifest["status"] = "running"\n')
+    assert bare_status_words(wrong) == ["1: 'finished'", "3: 'resume'", "3: 'diverged'", "3: 'failed'",
+                                        "4: 'disk full'", "5: 'interrupted'", "7: 'new'", "8: 'finished'",
+                                        "8: 'resume'", "9: 'running'"]
+    alike = ('"""A run that finished."""\nFAILED, MISSING = "failed", "missing.json"\nunit = {"finished": now}\n'
+             'ok = m.get("status") == Status.FINISHED and state is RunState.NEW\nprint(f"{run} interrupted")\n')
+    assert bare_status_words(alike) == []
+    assert bare_status_words('if check.state == "finished":\n    pass\n') == ["1: 'finished'"]  # main f49cb6e's
+    assert "src/explr/book/verdicts.py" in STATUS_WORDS_EXEMPT and bare_status_words(
+        (SRC / "book" / "verdicts.py").read_text()) == ["67: 'finished'"]  # the exemption is still needed

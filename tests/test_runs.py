@@ -28,6 +28,7 @@ from explr.cifar10.engine import TrainingDiverged
 from explr.cifar10.lock import RunError, RunLock, RunLocked
 from explr.cifar10.runfolder import load_runs, read_metrics
 from explr.cifar10.runs import train_run
+from explr.cifar10.status import Status
 from explr.models import PreResNet
 
 from cifar10_helpers import CLI_TINY, TINY, alive, edit_checkpoint, reproducible, tiny_arrays, tiny_npz
@@ -262,7 +263,9 @@ def test_a_full_disk_is_one_line_exit_6_and_the_run_resumes_once_there_is_space(
     err = capsys.readouterr().err
     assert err.strip() == (f"disk full while writing {run / name}; the checkpoint of epoch {kept} is intact; free "
                            "space and rerun with --resume"), err
-    assert json.loads((run / "manifest.json").read_text())["status"] == ("running" if stays_full else "interrupted")
+    manifest = json.loads((run / "manifest.json").read_text())  # "interrupted" on main f49cb6e
+    assert manifest["status"] == (Status.RUNNING if stays_full else Status.DISK_FULL), manifest
+    assert stays_full or manifest["message"] == err.strip()
     assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == kept
     monkeypatch.undo()
     assert main([*args, "--resume"]) == 0

@@ -1,4 +1,5 @@
 """explr.cifar10.sweep: many runs in worker processes (the data through shared memory), checked before any starts."""
+import json
 import re
 
 import numpy as np
@@ -11,6 +12,7 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.preflight import prepare
 from explr.cifar10.sources import make_synthetic
+from explr.cifar10.status import RunState, Status
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
@@ -83,6 +85,28 @@ def test_a_run_taken_meanwhile_by_another_process_is_exit_code_4_with_the_summar
     assert str(tmp_path / "texp" / "seed0") in err and "Traceback" not in err, err
 
 
+def manifest_of(folder, status, message="the worker's own line"):
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"status": status, "message": message, "epochs_done": 1}))
+
+
+@pytest.mark.parametrize("recorded, code, status, message", [
+    (None, None, Status.NOT_STARTED, ""),  # never started, or stopped by the pool itself
+    (Status.FINISHED, 0, Status.FINISHED, "own"), (Status.INTERRUPTED, 0, Status.INTERRUPTED, "own"),  # stop_after
+    (Status.DIVERGED, 3, Status.DIVERGED, "own"),
+    (Status.FINISHED, 4, Status.LOCKED, "taken by another process"),  # another process's run
+    (Status.DISK_FULL, 6, Status.DISK_FULL, "own"), (Status.RUNNING, 6, Status.DISK_FULL, "the disk filled up"),
+    (Status.INTERRUPTED, 143, Status.INTERRUPTED, "own"),  # a signal the worker caught and recorded
+    (Status.RUNNING, -9, Status.FAILED, "exited with code -9"), (None, 1, Status.FAILED, "exited with code 1")])
+def test_a_workers_exit_code_says_what_its_run_folder_cannot(recorded, code, status, message, tmp_path):
+    """The pool reads a worker's exit code through :meth:`Status.from_exit_code`; the run folder's record wins
+    unless the code says locked, disk full or failed and the folder says otherwise."""
+    if recorded is not None:
+        manifest_of(tmp_path / "run", recorded)
+    r = sweep._pool_result(tmp_path / "run", code)
+    assert r.status is status and message in r.message, r
+
+
 # ----------------------------------------------------------------------------- the pool's size and its threads
 @pytest.mark.parametrize("jobs", [10**12, 2**70, 0, 1025])
 def test_jobs_beyond_any_machine_are_one_line_before_anything_starts(jobs, tmp_path, capsys, monkeypatch):
@@ -129,4 +153,4 @@ def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tm
     assert run["manifest"]["resolved"]["threads"] == 2
     configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
     _, checks, _ = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
-    assert [c.state for c in checks] == ["finished", "new"]
+    assert [c.state for c in checks] == [RunState.FINISHED, RunState.NEW]

@@ -10,7 +10,7 @@ The training options come from :class:`explr.cifar10.config.TrainConfig`'s field
 
 Exit codes (:class:`~explr.cifar10.status.Status`): 0 every run finished; 2 bad settings, data or run folders
 (one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
-or cluster job failed; 6 the disk filled up (one line; the run says "interrupted" if its manifest could still be
+or cluster job failed; 6 the disk filled up (one line; the run says "disk full" if its manifest could still be
 written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
 them).
 
@@ -29,7 +29,6 @@ from .cluster import check_launcher, submit
 from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
 from .lock import DiskFull, exit_code, handle_signals
 from .runfolder import MANIFEST, run_dir
-from .status import Status
 from .sweep import run_many
 
 __all__ = ["main", "build_parser"]
@@ -96,7 +95,7 @@ def main(argv=None) -> int:
             parser.error(str(err))
         except DiskFull as err:
             print(err, file=sys.stderr)
-            return Status.DISK_FULL.exit_code
+            return exit_code(err)
         except KeyboardInterrupt as err:
             started = _manifest_times(configs, args.out) != manifests
             print("interrupted; the runs keep their last checkpoints: rerun with --resume" if started else

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from .config import TrainConfig
-from .lock import RunLocked
+from .lock import DiskFull, RunLocked
 from .preflight import prepare
 from .runfolder import run_dir
 from .runs import SWEEP_GOES_ON, RunResult, train_run
-from .status import Status
+from .status import RunState, Status
 
 __all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
 
@@ -51,7 +51,8 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, 
 
 
 class RunJob:
-    """One run as a submitit job: trains (or resumes) it; ``checkpoint`` requeues it with ``resume=True``."""
+    """One run as a submitit job: trains (or resumes) it, a run a full disk stopped included (its result says
+    "disk full", as the local pool's does); ``checkpoint`` requeues it with ``resume=True``."""
 
     def __init__(self, config: TrainConfig, folder: str, resume: bool):
         self.config, self.folder, self.resume = config, folder, resume
@@ -59,7 +60,7 @@ class RunJob:
     def __call__(self) -> RunResult:
         try:
             return train_run(self.config, self.folder, resume=self.resume, progress=False)
-        except SWEEP_GOES_ON as err:
+        except (*SWEEP_GOES_ON, DiskFull) as err:
             return RunResult.of_error(self.folder, err)
 
     def checkpoint(self, *args, **kwargs):
@@ -154,7 +155,7 @@ def _skipped(folder: str, check) -> RunResult | None:
     """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
     if isinstance(check, RunLocked):
         return RunResult.of_error(folder, check)
-    if check.state == "finished":
+    if check.state is RunState.FINISHED:
         return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
     return None
 

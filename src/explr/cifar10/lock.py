@@ -1,8 +1,8 @@
 """Who holds a run folder, and what ends a run: the lock (an exclusive ``fcntl.flock`` on ``<run>/.lock``,
 released by the kernel however its process dies; a pid left without the lock is a stale lock), SIGINT,
 SIGTERM, SIGHUP (a closed terminal) and SIGUSR2 (SLURM's preemption signal) (:func:`handle_signals`,
-:func:`exit_code`) and the errors of a run folder (:class:`RunError`, :class:`RunLocked`, :class:`Terminated`,
-:class:`DiskFull`).
+:func:`exit_code`, also that of a full disk) and the errors of a run folder (:class:`RunError`, :class:`RunLocked`,
+:class:`Terminated`, :class:`DiskFull`).
 
 The lock is never followed through a link (``O_NOFOLLOW``): a ``.lock`` that is a symbolic link is refused, as
 opening it for writing would truncate the file it points to.
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from .files import pid_alive
+from .status import Status
 
 __all__ = ["LOCK", "DiskFull", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals",
            "lock_holder", "signal_name"]
@@ -209,9 +210,10 @@ def _signal(interrupt: KeyboardInterrupt) -> signal.Signals:
     return signal.Signals(interrupt.signum if isinstance(interrupt, Terminated) else signal.SIGINT)
 
 
-def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, 140 for SIGUSR2."""
-    return 128 + _signal(interrupt)
+def exit_code(err: KeyboardInterrupt | DiskFull) -> int:
+    """The exit code of a process that ``err`` ended: a full disk's :attr:`Status.DISK_FULL` code (6); for an
+    interrupt 128 + the signal number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, 140 for SIGUSR2."""
+    return Status.DISK_FULL.exit_code if isinstance(err, DiskFull) else 128 + _signal(err)
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:

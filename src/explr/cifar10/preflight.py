@@ -83,9 +83,9 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
 
     ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
     decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
-    ``checks``: per config, what :func:`~explr.cifar10.runfolder.check_run` found (``state`` "new", "resume" or
-    "finished"); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
-    there instead of raising it.  ``notes`` are lines worth showing (stale locks).
+    ``checks``: per config, what :func:`~explr.cifar10.runfolder.check_run` found (its
+    :class:`~explr.cifar10.status.RunState`); with ``skip_locked``, a run that a live process holds gets its
+    :class:`RunLocked` error there instead of raising it.  ``notes`` are lines worth showing (stale locks).
     """
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:

@@ -5,8 +5,8 @@ check made before the folder is used.  :mod:`explr.cifar10.lock` holds its lock,
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 
     manifest.json    full config, resolved device/precision/threads, data source (name,
-                     kind, sha256), git commit, torch version, status ("running",
-                     "finished", "diverged", "interrupted") and ``checkpoint_sha256``, the
+                     kind, sha256), git commit, torch version, status (one of
+                     :data:`~explr.cifar10.status.RECORDED`) and ``checkpoint_sha256``, the
                      sha256 of checkpoint.pt as last written (the digest of the one being
                      written, ``checkpoint_sha256_writing``, is recorded before it is written)
     metrics.jsonl    one JSON object per finished epoch; rewritten atomically
@@ -53,7 +53,7 @@ from .arrays import CifarArrays
 from .config import TRAJECTORY_KEYS, TrainConfig
 from .engine import check_checkpoint, check_metrics_file, check_progress
 from .lock import LOCK, DiskFull, RunError, RunLocked, _disk_full, _locked_message, lock_holder, lock_is_a_link
-from .status import RECORDED, Status
+from .status import RECORDED, RunState, Status
 
 __all__ = [
     "FORMAT",
@@ -232,9 +232,9 @@ def serialize_checkpoint(state: dict) -> tuple[bytes, str]:
 # ----------------------------------------------------------------------------- checking a run folder
 @dataclass
 class RunCheck:
-    """What :func:`check_run` found: ``state`` is "new", "resume" or "finished"; ``note`` a line to show."""
+    """What :func:`check_run` found: its :class:`~explr.cifar10.status.RunState`; ``note`` a line to show."""
 
-    state: str
+    state: RunState
     epochs_done: int = 0
     note: str = ""
 
@@ -376,11 +376,11 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:
-        return RunCheck("new")
+        return RunCheck(RunState.NEW)
     note, saved_manifest = place
     ckpt, metrics = folder / CHECKPOINT, folder / METRICS
     if not ckpt.exists():
-        return RunCheck("new", note=note)
+        return RunCheck(RunState.NEW, note=note)
     saved = load_checkpoint(folder, saved_manifest)
     check_checkpoint(saved, ckpt)
     diff = _settings_mismatch(saved["config"], config)
@@ -396,7 +396,7 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
     done = saved["epoch"]
     if done >= config.epochs and metrics.exists():  # a finished run's metrics (an unfinished run's are rewritten)
         check_metrics_file(read_metrics(metrics), saved, metrics, ckpt)
-    return RunCheck("finished" if done >= config.epochs else "resume", done, note)
+    return RunCheck(RunState.FINISHED if done >= config.epochs else RunState.RESUME, done, note)
 
 
 def check_writable(path) -> None:

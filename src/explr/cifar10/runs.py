@@ -14,8 +14,8 @@ trainer before it creates anything, then takes the lock, removes temporary files
 checks again and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
 the one being written, then as the one written), so a resume notices a damaged checkpoint.  SIGINT or
 SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
-its last finished epoch intact, as does a full disk (:class:`~explr.cifar10.lock.DiskFull`); ``resume=True``
-continues it exactly.
+its last finished epoch intact, and a full disk (:class:`~explr.cifar10.lock.DiskFull`) with status "disk full"
+(where the manifest can still be written) and that checkpoint intact; ``resume=True`` continues it exactly.
 
 Outcome.  A run's result is one :class:`RunResult`, wherever it trained: :func:`train_run` returns it, a sweep
 reads it from the folder of a run trained elsewhere (:meth:`RunResult.from_folder`), and
@@ -57,7 +57,7 @@ from .runfolder import (
     write_file,
 )
 from .sources import load_cifar10
-from .status import Status
+from .status import RunState, Status
 
 __all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "git_commit", "train_run"]
 
@@ -185,7 +185,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     resolved = resolved_settings(config)
     out = Path(out)
     trainer = None
-    if check_run(config, out, arrays, resume, resolved).state != "finished":  # before anything is created
+    if check_run(config, out, arrays, resume, resolved).state is not RunState.FINISHED:  # before anything is created
         torch.set_num_threads(resolved["threads"])
         trainer = Trainer(config, arrays, model=model)
     with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
@@ -194,10 +194,11 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
         if lock.stale_pid:
             print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
                   file=sys.stderr)
-        if check.state == "finished":
+        if check.state is RunState.FINISHED:
             return _finished(out)
         trainer = trainer or Trainer(config, arrays, model=model)
-        return _train(config, out, arrays, trainer, check.state == "resume", resolved, progress, position, stop_after)
+        resuming = check.state is RunState.RESUME
+        return _train(config, out, arrays, trainer, resuming, resolved, progress, position, stop_after)
 
 
 def _finished(out: Path) -> RunResult:
@@ -269,7 +270,7 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
         kept = f"the checkpoint of epoch {len(history)} is intact" if history else "no epoch was saved yet"
         message = f"disk full while writing {err.path}; {kept}; free space and rerun with --resume"
         try:  # the manifest may not fit either: then it stays "running", which load_runs reads as interrupted
-            _finish(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
+            _finish(manifest_path, manifest, Status.DISK_FULL, message, elapsed, history)
         except (DiskFull, OSError):
             pass
         raise DiskFull(err.path, message) from None

@@ -180,20 +180,26 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None,
         if shm is not None:
             shm.close()
             shm.unlink()
-    results = []
-    for i, d in enumerate(dirs):
-        r, code = RunResult.from_folder(d), codes.get(i)
-        if code == Status.LOCKED.exit_code:
-            r = dataclasses.replace(r, status=Status.LOCKED,
-                                    message=f"{d} was taken by another process meanwhile; see the worker's line above")
-        elif code == Status.DISK_FULL.exit_code:
-            r = dataclasses.replace(r, status=Status.DISK_FULL,
-                                    message=f"{d}: the disk filled up; see the worker's line above")
-        elif code not in (0, Status.DIVERGED.exit_code) and i not in stopped and i in codes:
-            r = dataclasses.replace(r, status=Status.FAILED,
-                                    message=f"worker exited with code {code}; see its output above")
-        results.append(r)
-    return results
+    return [_pool_result(d, codes[i] if i in codes and i not in stopped else None) for i, d in enumerate(dirs)]
+
+
+#: what a worker's exit code says where its run folder cannot tell (:meth:`Status.from_exit_code`); any other
+#: status is the one its manifest records.
+_POOL_SAYS = {Status.LOCKED: "{folder} was taken by another process meanwhile; see the worker's line above",
+              Status.DISK_FULL: "{folder}: the disk filled up; see the worker's line above",
+              Status.FAILED: "worker exited with code {code}; see its output above"}
+
+
+def _pool_result(folder, code: int | None) -> RunResult:
+    """The result of the run a worker trained into ``folder``: as its folder tells it, unless the worker's exit
+    ``code`` says LOCKED, DISK_FULL or FAILED and the folder says otherwise (another process's run, a manifest the
+    full disk kept from being written, a worker that died before recording anything).  ``code`` is ``None`` for a
+    worker that never started or that the pool stopped itself."""
+    r = RunResult.from_folder(folder)
+    said = None if code is None else Status.from_exit_code(code)
+    if said in _POOL_SAYS and said is not r.status:
+        r = dataclasses.replace(r, status=said, message=_POOL_SAYS[said].format(folder=folder, code=code))
+    return r
 
 
 # ----------------------------------------------------------------------------- the data in shared memory
