@@ -46,7 +46,7 @@ RESULTS = [
     ("Sec. 4, proposition", [("prop", "4"), ("sec", "4")], "05", "prop-edge", r"edge|sharp"),
     # chapter 6 apart: what was tested (the float64 twins) and the accuracy claims that wait for the grid
     ("Sec. 5, TEXP ≡ Step Decay on PreResNet-32 (float64, tested)", [], "06", None, r"float64"),
-    ("Secs 2.3 and 5, accuracy claims (await the registered grid)", [], "06", None, r"^C\d+ \("),
+    ("Secs 2.3 and 5, accuracy claims (await the registered grid)", [], "06", None, r"^C\d+: "),
 ]
 
 SHOWN = 4  # check lines shown per result; the rest are counted, and listed in their chapter
