@@ -40,7 +40,8 @@ from .engine import Trainer, TrainingDiverged
 from .lock import RunError
 from .plans import experiment_plan
 from .results import committed_results, experiment_runs
-from .runfolder import load_runs, read_metrics, run_dir
+from .metrics import read_metrics
+from .runfolder import load_runs, run_dir
 from .runs import RunResult, train_run
 from .played import played_schedule
 from .sources import load_cifar10, make_synthetic
