@@ -107,3 +107,24 @@ def test_a_file_that_is_no_checkpoint_of_this_engine_is_one_line(content, match,
     with pytest.raises(RunError, match=match) as err:
         load_checkpoint(tmp_path)
     assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
+
+
+def test_a_resume_under_the_lock_checks_the_trainers_schedule_instead_of_building_another(arrays, tmp_path,
+                                                                                          monkeypatch):
+    """train_run builds the played schedule for its first check (a resume's scheduler state) and for its trainer;
+    the check under the lock reuses the trainer's."""
+    import explr.cifar10.engine as engine
+    import explr.cifar10.checkpoint as checkpoint
+    from explr.cifar10.played import played_schedule
+
+    train_run(CONFIG, tmp_path, arrays, progress=False, stop_after=1)
+    built = []
+
+    def counted(*args):
+        built.append(args)
+        return played_schedule(*args)
+
+    monkeypatch.setattr(engine, "played_schedule", counted)
+    monkeypatch.setattr(checkpoint, "played_schedule", counted)
+    result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
+    assert result.epochs_done == 2 and len(built) == 2

@@ -4,7 +4,7 @@
 :func:`explr.cifar10.metrics.check_rows`; its sha256 against the manifest's:
 :func:`explr.cifar10.manifest.checkpoint_of`).  Each refusal is one :class:`~explr.cifar10.lock.RunError` line
 naming the file, raised before anything is written.  The scheduler's part is
-:meth:`explr.lr_scheduler.PerStepLR.state_dict`, checked by its own ``load_state_dict``.
+:class:`~explr.lr_scheduler.PerStepLR`'s own ``state_dict``, checked by its own ``load_state_dict``.
 """
 from __future__ import annotations
 
@@ -146,14 +146,17 @@ def check_states(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
                        f"the folder {path.parent} to train this run again from the start") from None
 
 
-def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, precision: str, path) -> None:
+def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, precision: str, path, *,
+                   schedule=None) -> None:
     """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
     is one that ``config``'s scheduler loads (:meth:`PerStepLR.load_state_dict`'s checks, played into a stand-in
     optimizer of the run's weight dtype) at the checkpoint's epoch: ``last_epoch`` = epoch × ``steps_per_epoch``.
-    Otherwise a :class:`RunError` naming ``path``."""
+    Otherwise a :class:`RunError` naming ``path``.  ``schedule``: ``config``'s played schedule where the caller
+    holds it (a trainer's), else it is built here."""
     path = Path(path)
     state = saved["scheduler"]
-    schedule = played_schedule(config, steps_per_epoch)
+    if schedule is None:
+        schedule = played_schedule(config, steps_per_epoch)
     weight = torch.zeros(1, dtype=param_dtype(precision), requires_grad=True)
     stand_in = torch.optim.SGD([weight], lr=schedule.first_lr, momentum=config.momentum)
     scheduler = PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config))  # a bad setting: its own line

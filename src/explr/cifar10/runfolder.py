@@ -172,10 +172,11 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
 
 
 def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
-              holding_lock: bool = False) -> RunCheck:
+              holding_lock: bool = False, schedule=None) -> RunCheck:
     """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
 
-    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
+    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check);
+    ``schedule``: ``config``'s played schedule where the caller holds it (:func:`check_progress`)."""
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:
@@ -196,7 +197,8 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
                        f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
     check_epoch(saved, config, ckpt)
     check_states(saved, config, ckpt)
-    check_progress(saved, config, len(arrays.y_train) // config.batch_size, resolved["precision"], ckpt)
+    check_progress(saved, config, len(arrays.y_train) // config.batch_size, resolved["precision"], ckpt,
+                   schedule=schedule)
     done = saved["epoch"]
     if done >= config.epochs and metrics.exists():  # a finished run's metrics (an unfinished run's are rewritten)
         check_metrics_file(read_metrics(metrics), saved["metrics"], metrics, ckpt)

@@ -133,7 +133,8 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
         trainer = Trainer(config, arrays, model=model)
     with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         files.remove_leftovers(out)
-        check = check_run(config, out, arrays, resume, resolved, holding_lock=True)
+        check = check_run(config, out, arrays, resume, resolved, holding_lock=True,
+                          schedule=trainer.schedule if trainer else None)  # the trainer's, not built again
         if lock.stale_pid:
             print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
                   file=sys.stderr)
