@@ -115,16 +115,35 @@ def test_a_resume_under_the_lock_checks_the_trainers_schedule_instead_of_buildin
     the check under the lock reuses the trainer's."""
     import explr.cifar10.engine as engine
     import explr.cifar10.checkpoint as checkpoint
-    from explr.cifar10.played import played_schedule
 
     train_run(CONFIG, tmp_path, arrays, progress=False, stop_after=1)
+    built = count_schedules(monkeypatch, engine, checkpoint)
+    result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
+    assert result.epochs_done == 2 and len(built) == 2
+
+
+def count_schedules(monkeypatch, *modules):
+    """The calls of played_schedule made through ``modules`` (the list fills as they are made)."""
+    from explr.cifar10.played import played_schedule
+
     built = []
 
     def counted(*args):
         built.append(args)
         return played_schedule(*args)
 
-    monkeypatch.setattr(engine, "played_schedule", counted)
-    monkeypatch.setattr(checkpoint, "played_schedule", counted)
-    result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
-    assert result.epochs_done == 2 and len(built) == 2
+    for module in modules:
+        monkeypatch.setattr(module, "played_schedule", counted)
+    return built
+
+
+def test_the_preflight_checks_a_resume_with_the_schedule_it_built(arrays, tmp_path, monkeypatch):
+    import explr.cifar10.checkpoint as checkpoint
+    import explr.cifar10.preflight as preflight
+    from explr.cifar10.runfolder import run_dir
+    from explr.cifar10.status import RunState
+
+    train_run(CONFIG, run_dir(tmp_path, CONFIG.schedule, CONFIG.seed), arrays, progress=False, stop_after=1)
+    built = count_schedules(monkeypatch, preflight, checkpoint)
+    _, checks, _ = preflight.prepare([CONFIG], tmp_path, arrays=arrays, resume=True, progress=False)
+    assert checks[0].state is RunState.RESUME and len(built) == 1
