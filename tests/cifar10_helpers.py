@@ -14,7 +14,7 @@ import torch
 from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.sources import make_synthetic
 from explr.cifar10.arrays import write_npz
-from explr.cifar10.runs import TIMING_KEYS
+from explr.cifar10.metrics import TIMING_KEYS
 
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
 #: TINY on the command line (--epochs 3 --batch-size 32 ...), without progress bars

@@ -17,7 +17,7 @@ from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESCALE_ABOVE_MAX
 from explr.cifar10.sources import make_synthetic
 from explr.cifar10.arrays import write_npz
-from explr.cifar10.runfolder import read_metrics
+from explr.cifar10.metrics import read_metrics
 
 from cifar10_helpers import CLI_TINY, tiny_arrays, tiny_npz
 from explr.cifar10.config import TrainConfig

@@ -15,7 +15,7 @@ from explr.cifar10.arrays import write_npz
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.engine import TrainingDiverged
 from explr.cifar10.lock import DiskFull, lock_holder
-from explr.cifar10.runfolder import read_metrics
+from explr.cifar10.metrics import read_metrics
 from explr.cifar10.cluster import check_launcher
 from explr.cifar10.status import Status
 

@@ -26,7 +26,8 @@ from explr.cifar10.arrays import CifarArrays, write_npz
 from explr.cifar10.sources import make_synthetic
 from explr.cifar10.engine import TrainingDiverged
 from explr.cifar10.lock import RunError, RunLock, RunLocked
-from explr.cifar10.runfolder import load_runs, read_metrics
+from explr.cifar10.metrics import read_metrics
+from explr.cifar10.runfolder import load_runs
 from explr.cifar10.runs import train_run
 from explr.cifar10.status import Status
 from explr.models import PreResNet

@@ -25,7 +25,8 @@ from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.lock import lock_holder
-from explr.cifar10.runfolder import read_metrics, run_dir
+from explr.cifar10.metrics import read_metrics
+from explr.cifar10.runfolder import run_dir
 from explr.cifar10.runs import train_run
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz

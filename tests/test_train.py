@@ -11,9 +11,11 @@ import explr.cifar10.sources
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
 from explr.cifar10.sources import write_cifar_batches
-from explr.cifar10.runs import TIMING_KEYS, train_run
+from explr.cifar10.metrics import TIMING_KEYS
+from explr.cifar10.runs import train_run
 from explr.cifar10.lock import RunError
-from explr.cifar10.runfolder import load_runs, read_metrics
+from explr.cifar10.metrics import read_metrics
+from explr.cifar10.runfolder import load_runs
 
 from cifar10_helpers import CLI_TINY, TINY, reproducible, tiny_arrays, tiny_npz
 

@@ -15,12 +15,16 @@ Modules, each one concern, from the settings up to the command line:
   (``explr.cifar10.archives``: tar archives streamed once, hashed as read, in bounded memory);
   :mod:`~explr.cifar10.sources` -- :func:`load_cifar10` (every source of ``--data``), :func:`make_synthetic`;
 * :mod:`~explr.cifar10.data` -- the device-resident augmenting sampler;
-* :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`: epochs as ``EpochState``, its
-  ``epoch_metrics()`` and ``describe()``), divergence and the checks of what a resume reads of a checkpoint;
 * :mod:`~explr.cifar10.status` -- :class:`Status`, how a run stands or ended, with its exit code;
-  :mod:`~explr.cifar10.lock` -- a run folder's lock, the signals that end a run and its errors;
-* :mod:`~explr.cifar10.runfolder` -- one run folder on disk: manifest, metrics, checkpoint (with its sha256),
-  the checks before anything is written, :func:`load_runs`;
+  :mod:`~explr.cifar10.lock` -- a run folder's lock, the signals that end a run, its errors, and the guarded reads
+  and atomic writes of its files;
+* a run folder's files, each with its schema: :mod:`~explr.cifar10.checkpoint` (written, read and checked before a
+  resume), :mod:`~explr.cifar10.metrics` (the per-epoch rows, :func:`read_metrics`) and
+  :mod:`~explr.cifar10.manifest` (the run's record, with the checkpoint's sha256);
+* :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`: epochs as ``EpochState``, its
+  ``epoch_metrics()`` and ``describe()``) and divergence;
+* :mod:`~explr.cifar10.runfolder` -- one run folder on disk: where it lives, the checks before anything is written,
+  :func:`load_runs`;
 * :mod:`~explr.cifar10.runs` -- training one run into its folder (:func:`train_run`: resume, epochs, progress)
   and :class:`RunResult`, what became of a run;
 * :mod:`~explr.cifar10.preflight` -- every run of a sweep checked before anything starts;
@@ -40,7 +44,8 @@ from .engine import Trainer, TrainingDiverged
 from .lock import RunError
 from .plans import experiment_plan
 from .results import committed_results, experiment_runs
-from .runfolder import load_runs, read_metrics, run_dir
+from .metrics import read_metrics
+from .runfolder import load_runs, run_dir
 from .runs import RunResult, train_run
 from .played import played_schedule
 from .sources import load_cifar10, make_synthetic

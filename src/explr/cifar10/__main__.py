@@ -28,7 +28,8 @@ from ..params import Int
 from .cluster import check_launcher, submit
 from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
 from .lock import DiskFull, exit_code, handle_signals
-from .runfolder import MANIFEST, run_dir
+from .manifest import MANIFEST
+from .runfolder import run_dir
 from .sweep import run_many
 
 __all__ = ["main", "build_parser"]

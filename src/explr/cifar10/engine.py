@@ -11,19 +11,14 @@ diverged (:class:`TrainingDiverged`) when its mean training loss is not finite o
 :data:`EXPLODED` × the mean loss of its first ``log_every`` steps; after each epoch, also when the
 weights are not finite.
 
-A checkpoint holds :meth:`Trainer.state_dict` and the run's progress (:mod:`explr.cifar10.runs`).
-:func:`check_checkpoint` and :func:`check_progress` check every field of it that a resume reads, beyond the
-shapes of the model's and optimizer's tensors (:mod:`explr.cifar10.runfolder`), and :func:`check_metrics_file`
-a finished run's metrics against it; each refusal is one :class:`~explr.cifar10.lock.RunError` line naming the
-file, raised before anything is written.
+A checkpoint holds :meth:`Trainer.state_dict` and the run's progress (:mod:`explr.cifar10.checkpoint`, which
+also checks it); an epoch's numbers are :class:`~explr.cifar10.metrics.EpochMetrics`.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,16 +26,14 @@ import torch.nn.functional as F
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
-from ..params import Float, Text, is_int, is_real_type
 from .arrays import CifarArrays
 from .config import TrainConfig
 from .data import DeviceData, EpochPlan
 from .hardware import param_dtype, resolve_device, resolve_precision
-from .lock import RunError
+from .metrics import EpochMetrics
 from .played import played_schedule, rescale_limit
 
-__all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged", "check_checkpoint", "check_metrics_file",
-           "check_progress"]
+__all__ = ["EXPLODED", "EpochState", "Trainer", "TrainingDiverged"]
 
 #: a finite mean training loss above EXPLODED × the initial one counts as diverged.
 EXPLODED = 100.0
@@ -190,7 +183,7 @@ class Trainer:
         """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
         return flat_norm(self.params).item()
 
-    def epoch_metrics(self, epoch: int, sums, evaluation) -> dict:
+    def epoch_metrics(self, epoch: int, sums, evaluation) -> EpochMetrics:
         """The numbers of a finished epoch (``sums`` from :meth:`train_epoch`, ``evaluation`` from :meth:`evaluate`):
         epoch, step, train/test loss and accuracy, the schedule's lr (``None`` beyond float64, where only
         ``log_lr`` says it), the optimizer's lr (lr · R, R = 2^``log2_rescale``), the rescaling, ‖θ‖ in the
@@ -206,12 +199,12 @@ class Trainer:
         lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
                   else math.exp(log_lr + sched.log2_rescale * math.log(2)))
         norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
-        return {
-            "epoch": epoch + 1, "step": (epoch + 1) * S, "train_loss": loss_sum / S, "train_acc": correct / n,
-            "test_loss": test_loss, "test_acc": test_acc, "lr": lr_sched, "log_lr": log_lr, "lr_opt": lr_opt,
-            "rescale": sched.rescale, "log2_rescale": sched.log2_rescale, "rescale_count": sched.rescale_count,
-            "weight_norm": norm, "weight_norm_opt": norm_opt, "effective_lr": lr_opt / norm_opt**2,
-        }
+        return EpochMetrics(
+            epoch=epoch + 1, step=(epoch + 1) * S, train_loss=loss_sum / S, train_acc=correct / n,
+            test_loss=test_loss, test_acc=test_acc, lr=lr_sched, log_lr=log_lr, lr_opt=lr_opt,
+            rescale=sched.rescale, log2_rescale=sched.log2_rescale, rescale_count=sched.rescale_count,
+            weight_norm=norm, weight_norm_opt=norm_opt, effective_lr=lr_opt / norm_opt**2,
+        )
 
     def describe(self) -> dict:
         """What this trainer resolved: device, precision, steps, milestones, CPU threads, the schedule's lr range
@@ -234,86 +227,3 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.initial_loss = state.get("initial_loss")
-
-
-# ----------------------------------------------------------------------------- what a resume reads of a checkpoint
-#: the rules of the checkpoint's own fields (the settings are compared with the run's by runfolder.check_run)
-_SAVED = {"data_sha256": Text("the data's sha256 (a string)"), "elapsed": Float(0, lo_open=False),
-          "initial_loss": Float(0, lo_open=False)}
-#: the numbers of a metrics row that a resume shows and reports (the progress bar, the manifest's "final")
-_SHOWN = {"train_loss": Float(0, lo_open=False), "train_acc": Float(0, 1, lo_open=False, hi_open=False),
-          "test_loss": Float(0, lo_open=False), "test_acc": Float(0, 1, lo_open=False, hi_open=False)}
-
-
-def _refuse(path, what: str):
-    return RunError(f"{path} {what} (hand-edited?); restore it, or delete the folder {path.parent} to train this run "
-                    "again from the start")
-
-
-def _shown(value) -> str:
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def check_checkpoint(saved: dict, path) -> None:
-    """The fields of the checkpoint at ``path`` that a resume reads and that need no run to check: ``data_sha256``
-    (a string), ``elapsed`` (seconds >= 0, if present), ``initial_loss`` (None or a finite loss >= 0, if present),
-    ``resolved`` (None or a dict, if present) and the metrics rows: the JSON objects that :meth:`Trainer.epoch_metrics`
-    makes, of epochs 1, 2, ... in order, holding only numbers or null, with finite losses and accuracies.
-    Anything else is a :class:`RunError` naming ``path``."""
-    path = Path(path)
-    for key, rule in _SAVED.items():
-        if key in saved and not (key == "initial_loss" and saved[key] is None) and not rule.ok(saved[key]):
-            raise _refuse(path, f"holds {key} = {_shown(saved[key])}, not {rule.rule()}")
-    if saved.get("resolved") is not None and not isinstance(saved["resolved"], dict):
-        raise _refuse(path, f"holds resolved = {_shown(saved['resolved'])}, not a dict of settings")
-    for number, row in enumerate(saved["metrics"], 1):
-        where = f"holds a metrics row {number} = {_shown(row)}"
-        if not isinstance(row, dict):
-            raise _refuse(path, f"{where}, not a JSON object")
-        bad = next((k for k, v in row.items() if not isinstance(k, str) or not (v is None or is_real_type(type(v)))),
-                   None)
-        if bad is not None:
-            raise _refuse(path, f"holds a metrics row {number} whose {_shown(bad)} = {_shown(row[bad])} is not a number "
-                          "or null")
-        if not is_int(row.get("epoch")) or row.get("epoch") != number:
-            raise _refuse(path, f"holds a metrics row {number} of epoch {_shown(row.get('epoch'))}, not of epoch {number}")
-        for key, rule in _SHOWN.items():
-            if not rule.ok(row.get(key)):
-                raise _refuse(path, f"holds a metrics row {number} whose {key} = {_shown(row.get(key))} is not "
-                              f"{rule.rule()}")
-
-
-def check_progress(saved: dict, config: TrainConfig, steps_per_epoch: int, precision: str, path) -> None:
-    """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
-    is one that ``config``'s scheduler loads (:meth:`PerStepLR.load_state_dict`'s checks, played into a stand-in
-    optimizer of the run's weight dtype) at the checkpoint's epoch: ``last_epoch`` = epoch × ``steps_per_epoch``.
-    Otherwise a :class:`RunError` naming ``path``."""
-    path = Path(path)
-    state = saved["scheduler"]
-    schedule = played_schedule(config, steps_per_epoch)
-    weight = torch.zeros(1, dtype=param_dtype(precision), requires_grad=True)
-    stand_in = torch.optim.SGD([weight], lr=schedule.first_lr, momentum=config.momentum)
-    scheduler = PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config))  # a bad setting: its own line
-    try:
-        scheduler.load_state_dict(state)
-    except (ValueError, TypeError, OverflowError) as err:
-        reason = " ".join(str(err).split())[:200]
-        raise _refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None
-    steps = saved["epoch"] * steps_per_epoch
-    if state["last_epoch"] != steps:
-        raise _refuse(path, f"holds a scheduler at step last_epoch = {state['last_epoch']}, not at the {steps} steps of "
-                      f"its {saved['epoch']} epochs")
-
-
-def check_metrics_file(rows: list, saved: dict, path, checkpoint) -> None:
-    """The rows of a finished run's metrics file at ``path`` must be those of its ``checkpoint`` (``saved``), or the
-    first of them (a process killed between the last checkpoint and its metrics:
-    :func:`~explr.cifar10.runs.train_run` rewrites them from the checkpoint); other rows (a duplicated or edited
-    line) are a :class:`RunError` naming both files."""
-    rows, expected = [json.dumps(r) for r in rows], [json.dumps(r) for r in saved["metrics"]]  # as written (NaN = NaN)
-    if rows != expected[:len(rows)]:
-        first = next((i for i, (a, b) in enumerate(zip(rows, expected)) if a != b), len(expected))
-        raise RunError(f"{path} is not the {len(expected)} metrics rows of {checkpoint} (its row {first + 1} of "
-                       f"{len(rows)} differs: hand-edited?); delete it and rerun with --resume: it is rewritten from "
-                       "the checkpoint")

@@ -26,10 +26,10 @@ __all__ = ["check_before_data", "prepare"]
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
-def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
+def _check_schedule(config: TrainConfig, arrays: CifarArrays):
     """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.played.played_schedule`
     checks it), and play it into a dummy optimizer (:class:`~explr.lr_scheduler.PerStepLR` checks
-    ``rescale_above``); one ``ValueError`` line naming the run otherwise."""
+    ``rescale_above``); one ``ValueError`` line naming the run otherwise.  Returns the schedule."""
     n = len(arrays.y_train)
     if config.batch_size > n:
         raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {n} training images of "
@@ -47,6 +47,7 @@ def _check_schedule(config: TrainConfig, arrays: CifarArrays) -> None:
         PerStepLR(dummy, played, rescale_above=limit)
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None
+    return played
 
 
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
@@ -95,12 +96,11 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
         data, root = sources.pop()
         arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
     arrays.channel_stats  # noqa: B018  (constant images raise DataError)
-    for c in configs:
-        _check_schedule(c, arrays)
+    schedules = [_check_schedule(c, arrays) for c in configs]
     checks = []
-    for c, d, r in zip(configs, [run_dir(out, c.schedule, c.seed) for c in configs], resolved):
+    for c, d, r, s in zip(configs, [run_dir(out, c.schedule, c.seed) for c in configs], resolved, schedules):
         try:
-            checks.append(check_run(c, d, arrays, resume, r))
+            checks.append(check_run(c, d, arrays, resume, r, schedule=s))
         except RunLocked as err:
             if not skip_locked:
                 raise

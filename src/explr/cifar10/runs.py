@@ -2,12 +2,8 @@
 :class:`RunResult`, what became of a run.
 
 One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<schedule>/seed<seed>/``
-(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`).  Metrics (one JSON object
-per finished epoch: :meth:`~explr.cifar10.engine.Trainer.epoch_metrics`, then :data:`TIMING_KEYS`) report the
-schedule's lr (``lr``; ``null`` beyond float64, where only ``log_lr`` = ln lr says it), the optimizer's
-actual lr (``lr_opt``), the accumulated rescaling factor R = lr_opt/lr = 2^``log2_rescale`` (``rescale``),
-‖θ‖ in the schedule's units (``weight_norm`` = ‖θ_opt‖/√R) and the effective lr, lr/‖θ‖² = lr_opt/‖θ_opt‖²
-(Li & Arora 2020, Lemma 1.3).
+(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`; each file's format:
+:mod:`~explr.cifar10.manifest`, :mod:`~explr.cifar10.metrics`, :mod:`~explr.cifar10.checkpoint`).
 
 Safety.  :func:`train_run` checks the folder (:func:`~explr.cifar10.runfolder.check_run`) and builds the
 trainer before it creates anything, then takes the lock, removes temporary files a killed writer left,
@@ -24,85 +20,36 @@ reads it from the folder of a run trained elsewhere (:meth:`RunResult.from_folde
 """
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from . import files
 from .arrays import CifarArrays
-from .config import RESOLVED_KEYS, TrainConfig
+from .checkpoint import CHECKPOINT, Checkpoint, checkpoint_state, serialize_checkpoint
+from .config import TrainConfig
 from .engine import Trainer, TrainingDiverged
 from .hardware import device_name, resolved_settings
-from .lock import DiskFull, RunError, RunLock, RunLocked, signal_name
-from .runfolder import (
-    CHECKPOINT,
-    FORMAT,
+from .lock import DiskFull, RunError, RunLock, RunLocked, signal_name, write_file
+from .manifest import (
     MANIFEST,
-    METRICS,
-    check_run,
-    config_record,
-    load_checkpoint,
+    Manifest,
+    checkpoint_of,
+    new_manifest,
     read_manifest,
-    read_metrics,
-    serialize_checkpoint,
-    write_file,
+    record_end,
+    record_epoch,
+    write_manifest,
 )
+from .metrics import METRICS, TIMING_KEYS, MetricsRow, read_metrics, write_metrics
+from .runfolder import check_run, config_record
 from .sources import load_cifar10
 from .status import RunState, Status
 
-__all__ = ["SWEEP_GOES_ON", "TIMING_KEYS", "RunResult", "git_commit", "train_run"]
-
-#: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
-TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
-
-
-# ----------------------------------------------------------------------------- provenance
-def git_commit() -> dict:
-    """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
-    here = Path(__file__).resolve().parent
-    if os.environ.get("EXPLR_GIT_COMMIT"):
-        return {"commit": os.environ["EXPLR_GIT_COMMIT"], "dirty": None, "from": "EXPLR_GIT_COMMIT"}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if commit.returncode != 0:
-            return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
-                               cwd=here, capture_output=True, text=True, timeout=10)
-        return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _manifest(previous: dict, config: TrainConfig, trainer: Trainer, arrays: CifarArrays, start: int,
-              elapsed: float) -> dict:
-    devices = list(previous.get("devices", []))
-    if device_name(trainer.device) not in devices:
-        devices.append(device_name(trainer.device))
-    return {**previous,
-            "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config_record(config),
-            "resolved": trainer.describe(),
-            "devices": devices, "data": arrays.describe(),
-            "environment": {
-                "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
-                "platform": platform.platform(), "git": git_commit(),
-                "cuda": torch.version.cuda if trainer.device.type == "cuda" else None,
-            },
-            "started": previous.get("started", _now()), "updated": _now(), "epochs_done": start,
-            "elapsed_seconds": elapsed}
-
+__all__ = ["SWEEP_GOES_ON", "RunResult", "train_run"]
 
 # ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
@@ -154,16 +101,12 @@ class RunResult:
 SWEEP_GOES_ON = (TrainingDiverged, RunError)
 
 
-def _write_metrics(path, rows) -> None:
-    write_file(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
-
-
-def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> dict:
+def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> MetricsRow:
     """The metrics of a finished epoch (:meth:`Trainer.epoch_metrics`, then the timings)."""
     t0, t1, t2 = times
     n = sums[2]
     timings = (time.perf_counter() - t0, t1 - t0, t2 - t1, n / (t1 - t0))
-    return {**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings))}
+    return MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
 
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
@@ -190,7 +133,8 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
         trainer = Trainer(config, arrays, model=model)
     with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         files.remove_leftovers(out)
-        check = check_run(config, out, arrays, resume, resolved, holding_lock=True)
+        check = check_run(config, out, arrays, resume, resolved, holding_lock=True,
+                          schedule=trainer.schedule if trainer else None)  # the trainer's, not built again
         if lock.stale_pid:
             print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
                   file=sys.stderr)
@@ -206,9 +150,9 @@ def _finished(out: Path) -> RunResult:
     holds only its first rows (killed between the last checkpoint and its metrics; ``check_run`` refused any other
     difference)."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
-    saved = load_checkpoint(out, manifest)
+    saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
-        _write_metrics(out / METRICS, saved["metrics"])
+        write_metrics(out / METRICS, saved["metrics"])
     return RunResult(out, Status.FINISHED, saved["epoch"], "already finished", saved["metrics"])
 
 
@@ -220,19 +164,20 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
     history, start, elapsed, previous = [], 0, 0.0, {}
     if resume:
         previous = read_manifest(manifest_path) if manifest_path.exists() else {}
-        saved = load_checkpoint(out, previous)
+        saved = checkpoint_of(out, previous)
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
         if trainer.initial_loss is None and history:  # checkpoints written before the explosion check
             trainer.initial_loss = history[0]["train_loss"]
-    manifest = _manifest(previous, config, trainer, arrays, start, elapsed)
+    manifest = new_manifest(previous, config_record(config), trainer.describe(), trainer.device,
+                            device_name(trainer.device), arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
                disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
     status, message, epoch = Status.FINISHED, "", start
     try:
-        write_file(manifest_path, _json(manifest))
-        _write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
+        write_manifest(manifest_path, manifest)
+        write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
         for epoch in range(start, config.epochs):
             t0 = time.perf_counter()
             sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
@@ -240,15 +185,12 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
             evaluation = trainer.evaluate()
             row = _epoch_row(trainer, epoch, sums, evaluation, (t0, t1, time.perf_counter()))
             elapsed += time.perf_counter() - t0
-            state = {**trainer.state_dict(), "epoch": epoch + 1, "metrics": history + [row],
-                     "config": config_record(config), "resolved": {k: resolved[k] for k in RESOLVED_KEYS},
-                     "data_sha256": arrays.sha256, "elapsed": elapsed, "format": FORMAT}
+            state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], config_record(config),
+                                     resolved, arrays.sha256, elapsed)
             digest = _save_checkpoint(out, manifest, state)
             history.append(row)
-            _write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
-            manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
-                             "epochs_done": epoch + 1, "elapsed_seconds": elapsed})
-            write_file(manifest_path, _json(manifest))
+            write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
+            record_epoch(manifest_path, manifest, digest, epoch + 1, elapsed)
             bar.update((epoch + 1) * S - bar.n)
             bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
                              "test": f"{row['test_acc']:.3f}"})
@@ -259,40 +201,35 @@ def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: 
         done = len(history)
         kept = f"epoch {done}) is kept in {ckpt_path}" if done else f"none: no epoch finished) is kept in {out}"
         message = f"{err}; stopped. The last good checkpoint ({kept}. Lower --lr or check the data."
-        _finish(manifest_path, manifest, Status.DIVERGED, message, elapsed, history)
+        record_end(manifest_path, manifest, Status.DIVERGED, message, elapsed, history)
         raise TrainingDiverged(message) from None
     except KeyboardInterrupt as err:
         message = (f"interrupted by {signal_name(err)} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} "
                    "is kept, --resume continues from it")
-        _finish(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
+        record_end(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
         raise
     except DiskFull as err:
         kept = f"the checkpoint of epoch {len(history)} is intact" if history else "no epoch was saved yet"
         message = f"disk full while writing {err.path}; {kept}; free space and rerun with --resume"
         try:  # the manifest may not fit either: then it stays "running", which load_runs reads as interrupted
-            _finish(manifest_path, manifest, Status.DISK_FULL, message, elapsed, history)
+            record_end(manifest_path, manifest, Status.DISK_FULL, message, elapsed, history)
         except (DiskFull, OSError):
             pass
         raise DiskFull(err.path, message) from None
     finally:
         bar.close()
-    _finish(manifest_path, manifest, status, message, elapsed, history)
+    record_end(manifest_path, manifest, status, message, elapsed, history)
     return RunResult(out, status, len(history), message, history)
 
 
-def _save_checkpoint(out: Path, manifest: dict, state: dict) -> str:
+def _save_checkpoint(out: Path, manifest: Manifest, state: Checkpoint) -> str:
     """Write ``state`` as the checkpoint; returns its sha256, which the manifest records first as the one being
     written: a process killed between the writes leaves a manifest that accepts whichever checkpoint is there."""
     data, digest = serialize_checkpoint(state)
     manifest["checkpoint_sha256_writing"] = digest
-    write_file(out / MANIFEST, _json(manifest))
+    write_manifest(out / MANIFEST, manifest)
     write_file(out / CHECKPOINT, lambda f: f.write(data))
     return digest
-
-
-def _json(obj):
-    """A writer of ``obj`` as indented JSON, for :func:`write_file`."""
-    return lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode())
 
 
 def _progress(bar, first_step: int, history: list):
@@ -304,11 +241,3 @@ def _progress(bar, first_step: int, history: list):
             post["test"] = f"{history[-1]['test_acc']:.3f}"
         bar.set_postfix(post, refresh=False)
     return on_sync
-
-
-def _finish(path: Path, manifest: dict, status: Status, message: str, elapsed: float, history: list) -> None:
-    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
-                     "epochs_done": len(history)})
-    if history:
-        manifest["final"] = {k: history[-1][k] for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")}
-    write_file(path, _json(manifest))
