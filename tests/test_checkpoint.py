@@ -12,6 +12,7 @@ from explr.cifar10.checkpoint import (CHECKPOINT, CHECKPOINT_KEYS, FORMAT, Check
                                       serialize_checkpoint)
 from explr.cifar10.config import RESOLVED_KEYS, TrainConfig
 from explr.cifar10.lock import RunError
+from explr.cifar10.played import played_schedule
 from explr.cifar10.runs import train_run
 
 from cifar10_helpers import TINY, tiny_arrays
@@ -56,7 +57,8 @@ def test_a_sound_checkpoint_passes_every_check(saved, run, arrays):
     check_checkpoint({**saved, "initial_loss": None, "resolved": None}, path)
     check_epoch(saved, CONFIG, path)
     check_states(saved, CONFIG, path)
-    check_progress(saved, CONFIG, len(arrays.y_train) // CONFIG.batch_size, "fp32", path)
+    steps = len(arrays.y_train) // CONFIG.batch_size
+    check_progress(saved, CONFIG, steps, path, schedule=played_schedule(CONFIG, steps))
 
 
 @pytest.mark.parametrize("changes, match", [
@@ -92,7 +94,7 @@ def test_a_scheduler_at_another_step_is_refused(saved, run, arrays):
     moved["scheduler"]["last_epoch"] -= 1
     with pytest.raises(RunError, match=f"holds a scheduler at step last_epoch = {2 * steps - 1}, not at the "
                                        f"{2 * steps} steps of its 2 epochs"):
-        check_progress(moved, CONFIG, steps, "fp32", run / CHECKPOINT)
+        check_progress(moved, CONFIG, steps, run / CHECKPOINT, schedule=played_schedule(CONFIG, steps))
 
 
 @pytest.mark.parametrize("content, match", [
@@ -107,43 +109,3 @@ def test_a_file_that_is_no_checkpoint_of_this_engine_is_one_line(content, match,
     with pytest.raises(RunError, match=match) as err:
         load_checkpoint(tmp_path)
     assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
-
-
-def test_a_resume_under_the_lock_checks_the_trainers_schedule_instead_of_building_another(arrays, tmp_path,
-                                                                                          monkeypatch):
-    """train_run builds the played schedule for its first check (a resume's scheduler state) and for its trainer;
-    the check under the lock reuses the trainer's."""
-    import explr.cifar10.engine as engine
-    import explr.cifar10.checkpoint as checkpoint
-
-    train_run(CONFIG, tmp_path, arrays, progress=False, stop_after=1)
-    built = count_schedules(monkeypatch, engine, checkpoint)
-    result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
-    assert result.epochs_done == 2 and len(built) == 2
-
-
-def count_schedules(monkeypatch, *modules):
-    """The calls of played_schedule made through ``modules`` (the list fills as they are made)."""
-    from explr.cifar10.played import played_schedule
-
-    built = []
-
-    def counted(*args):
-        built.append(args)
-        return played_schedule(*args)
-
-    for module in modules:
-        monkeypatch.setattr(module, "played_schedule", counted)
-    return built
-
-
-def test_the_preflight_checks_a_resume_with_the_schedule_it_built(arrays, tmp_path, monkeypatch):
-    import explr.cifar10.checkpoint as checkpoint
-    import explr.cifar10.preflight as preflight
-    from explr.cifar10.runfolder import run_dir
-    from explr.cifar10.status import RunState
-
-    train_run(CONFIG, run_dir(tmp_path, CONFIG.schedule, CONFIG.seed), arrays, progress=False, stop_after=1)
-    built = count_schedules(monkeypatch, preflight, checkpoint)
-    _, checks, _ = preflight.prepare([CONFIG], tmp_path, arrays=arrays, resume=True, progress=False)
-    assert checks[0].state is RunState.RESUME and len(built) == 1

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +13,6 @@ from explr.cifar10 import load_runs
 from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
 from explr.cifar10.arrays import write_npz
-from explr.cifar10.config import TrainConfig
 from explr.cifar10.engine import TrainingDiverged
 from explr.cifar10.lock import DiskFull, lock_holder
 from explr.cifar10.metrics import read_metrics
@@ -101,6 +101,6 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     def stopped(*args, **kwargs):
         raise err
 
-    monkeypatch.setattr(cluster, "train_run", stopped)
-    r = cluster.RunJob(TrainConfig(schedule="step"), str(tmp_path), resume=False)()
+    monkeypatch.setattr(cluster, "train_prepared", stopped)
+    r = cluster.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)

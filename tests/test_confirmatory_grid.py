@@ -227,7 +227,7 @@ def test_the_default_jobs_are_the_runs_of_a_round_capped_by_the_cpus(tmp_path, m
     """Issue 41 item 11: the default was 14 workers (7 arms x 2 seeds) also on 2 CPUs."""
     pools = []
 
-    def pool(configs, dirs, arrays, jobs, *args):
+    def pool(runs, arrays, jobs, *args):
         pools.append(jobs)
         return []
 

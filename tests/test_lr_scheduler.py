@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from explr import PerStepLR, lr_scheduler
+from explr import PerStepLR, lr_scheduler, scheduler_state
 from explr.invariance import make_scale_invariant
 from explr.models import bn_mlp, invariant_bn_mlp
 from explr.schedules import step_decay, texp
@@ -433,7 +433,7 @@ def test_state_dict_holds_exactly_the_declared_keys():
     play(opt, sched, 120)
     sched.some_new_attribute = 1  # a new attribute does not silently enter checkpoints
     state = sched.state_dict()
-    assert list(state) == list(lr_scheduler._STATE_KEYS)
+    assert list(state) == list(scheduler_state.STATE_KEYS)
     _, opt2, sched2 = fresh(rescale_above=0.105)
     sched2.load_state_dict(pickle.loads(pickle.dumps(state)))
     assert pickle.dumps(sched2.state_dict()) == pickle.dumps(state)  # bit-identical

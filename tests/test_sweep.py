@@ -132,7 +132,7 @@ def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, j
                                                                          tmp_path, monkeypatch, capsys):
     pools = []
     monkeypatch.setattr(hardware, "available_cpus", lambda: cpus)
-    monkeypatch.setattr(sweep, "_run_processes", lambda configs, dirs, arrays, jobs, *rest: pools.append(jobs) or [])
+    monkeypatch.setattr(sweep, "_run_processes", lambda runs, arrays, jobs, *rest: pools.append(jobs) or [])
     monkeypatch.setattr(hardware, "resolve_device", lambda name: torch.device(device))
     configs = [TrainConfig(**TINY, seed=s) for s in range(runs)]
     run_many(configs, tmp_path, arrays=tiny_arrays(), jobs=jobs, progress=False)

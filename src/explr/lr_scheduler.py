@@ -46,7 +46,6 @@ stepping does not synchronise with the device.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import sys
 import warnings
@@ -56,25 +55,22 @@ import torch
 from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
-from .params import is_int, is_real
-from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
+from .params import is_real
+from .schedules import EquivalentSchedule, PlainSchedule
+from .scheduler_state import (GROUP_LR_RULE, PROGRESS_KEYS, STATE_KEYS, check_loadable, fingerprint, is_group_lr,
+                              log2_at, played_arrays, trajectory)
 from .torch_support import check_torch, missing_torch_internals
 
-__all__ = ["PerStepLR", "INVARIANT_KEY", "max_rescale_above"]
+__all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
 #: Param-group key: ``False`` keeps the group out of the schedule's weight decay and out of rescaling.
 INVARIANT_KEY = "scale_invariant"
 
-#: What PerStepLR accepts as a param group's lr (and ``state_dict()['base_lrs']`` holds, one per group).
-_GROUP_LR_RULE = "a finite number > 0"
 
 #: Relative change of the model's outputs under θ → 2^8·θ above which the first rescaling warns that the
 #: optimizer's parameters are not scale invariant (an invariant network changes only through BN's eps).
 INVARIANCE_TOLERANCE = 1e-3
 
-#: ``state_dict()``'s keys: the progress, which ``load_state_dict`` restores, then the settings, which it checks.
-_PROGRESS_KEYS = ("last_epoch", "_step_count", "_last_lr", "_own_weight_decay", "log2_rescale", "rescale_count")
-_STATE_KEYS = _PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_above", "base_lrs")
 
 #: why PerStepLR cannot be combined with another scheduler acting at the same steps.
 _COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in a ChainedScheduler or next to manual "
@@ -103,6 +99,30 @@ def max_rescale_above(dtype) -> float:
     return float(torch.finfo(dtype).max) / 4
 
 
+def check_rescale_above(rescale_above, first_lr: float, dtype) -> None:
+    """``ValueError`` unless ``rescale_above`` is a finite number in (``first_lr``, :func:`max_rescale_above`
+    of ``dtype``]: the rule :class:`PerStepLR` applies, for a caller that checks a setting before building one
+    (``dtype``: the parameters' smallest floating dtype; ``None``: no upper limit).
+
+    Example:
+
+    >>> import torch
+    >>> from explr.lr_scheduler import check_rescale_above
+    >>> check_rescale_above(1e3, 0.1, torch.float32)  # passes
+    >>> try:
+    ...     check_rescale_above(0.05, 0.1, torch.float32)
+    ... except ValueError as err:
+    ...     print(str(err).split(" and ")[0])
+    rescale_above must be a finite number > lr[0] = 0.1
+    """
+    limit = max_rescale_above(dtype) if dtype is not None else math.inf
+    if not (is_real(rescale_above) and first_lr < rescale_above <= limit):
+        raise ValueError(
+            f"rescale_above must be a finite number > lr[0] = {first_lr:g} and at most {limit:g}, a quarter of "
+            f"the largest value of the parameters' dtype ({dtype}: {limit * 4:g}; one rescaling step of "
+            f"headroom); got {rescale_above!r}")
+
+
 class PerStepLR(LRScheduler):
     """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
 
@@ -128,7 +148,7 @@ class PerStepLR(LRScheduler):
 
     ``step()`` is called once after every ``optimizer.step()``; after ``steps`` calls the schedule is used
     up and a further call raises ``IndexError``.  The param groups are fixed at construction: ``step()``
-    refuses an optimizer with another number of them.  ``state_dict()`` holds ``_STATE_KEYS``: the position,
+    refuses an optimizer with another number of them.  ``state_dict()`` holds ``STATE_KEYS``: the position,
     ``log2_rescale`` and the settings (the schedule's length, fingerprint and momentum, ``rescale_above``,
     the groups' base lrs), not the schedule; ``load_state_dict`` refuses a state with other settings, and
     writes the restored lr and weight decay into the optimizer.
@@ -166,35 +186,16 @@ class PerStepLR(LRScheduler):
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
                  on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
-        if isinstance(lr, PlainSchedule):
-            if wd is not None:
-                raise ValueError("wd must be omitted when lr is a PlainSchedule: its weight decay is part of it")
-            lr, wd = lr.lr, lr.wd
-        if isinstance(lr, EquivalentSchedule):
-            if wd is not None:
-                raise ValueError("wd must be omitted when lr is an EquivalentSchedule: its weight decay is part of it")
-            _check_sgd_momentum(optimizer, lr.momentum)
-            self.momentum = float(lr.momentum)
-            self._lr, e_lr, self._wd, e_wd = lr.parts()
-            self._exponents = (e_lr, e_wd)
-        else:
-            self.momentum = None
-            self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
-            self._exponents = None
+        self.momentum, self._lr, self._wd, self._exponents = played_arrays(lr, wd)
+        if self.momentum is not None:
+            _check_sgd_momentum(optimizer, self.momentum)
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
                     f"rescale_above needs torch.optim.SGD; got {type(optimizer).__name__}: the equivalent "
                     "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
                     "state, and Adam-type updates are not homogeneous in θ)")
-            lr0 = math.ldexp(*self._parts_at(0)[:2])
-            dtype = _smallest_dtype(optimizer)
-            limit = max_rescale_above(dtype) if dtype is not None else math.inf
-            if not (is_real(rescale_above) and lr0 < rescale_above <= limit):
-                raise ValueError(
-                    f"rescale_above must be a finite number > lr[0] = {lr0:g} and at most {limit:g}, a quarter of "
-                    f"the largest value of the parameters' dtype ({dtype}: {limit * 4:g}; one rescaling step of "
-                    f"headroom); got {rescale_above!r}")
+            check_rescale_above(rescale_above, math.ldexp(*self._parts_at(0)[:2]), _smallest_dtype(optimizer))
         # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
         groups = optimizer.param_groups
         bases = [_group_number(g, i, "initial_lr" if "initial_lr" in g else "lr") for i, g in enumerate(groups)]
@@ -213,10 +214,7 @@ class PerStepLR(LRScheduler):
         self._probe, self._probe_hook = None, None
         if model is not None and rescale_above is not None and check_invariance:
             self._probe_hook = model.register_forward_pre_hook(self._keep_input)
-        digest = hashlib.sha256()
-        for array in (self._lr, self._wd, *(self._exponents or ())):  # contiguous already: no copies
-            digest.update(np.ascontiguousarray(array))
-        self.fingerprint = digest.hexdigest()[:16]
+        self.fingerprint = fingerprint(self._lr, self._wd, self._exponents)
         self._own_weight_decay = [_group_number(g, i, "weight_decay") if "weight_decay" in g else None
                                   for i, g in enumerate(groups)]
         dtype = _smallest_dtype(optimizer)
@@ -356,8 +354,7 @@ class PerStepLR(LRScheduler):
             self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
 
     def _log2_lr(self, k: int) -> float:
-        m_lr, e_lr, _, _ = self._parts_at(k)
-        return math.log2(m_lr) + e_lr
+        return log2_at(self._lr, self._exponents, k)
 
     @torch.no_grad()
     def _apply_rescaling(self, j: int) -> None:
@@ -427,114 +424,45 @@ class PerStepLR(LRScheduler):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Exactly ``_STATE_KEYS`` (lists copied): a new attribute never enters checkpoints by itself.  The settings
+        """Exactly ``STATE_KEYS`` (lists copied): a new attribute never enters checkpoints by itself.  The settings
         are Python numbers (a tensor lr's ``base_lrs`` too), so the state loads with ``weights_only=True``."""
-        state = {key: copy.copy(getattr(self, key)) for key in _STATE_KEYS}
+        state = {key: copy.copy(getattr(self, key)) for key in STATE_KEYS}
         state["base_lrs"] = [float(base) for base in self.base_lrs]
         return state
 
-    @staticmethod
-    def _trajectory(state: dict) -> dict:
-        """The settings of a state that define the trajectory (the groups' lrs enter only through their ratios)."""
-        bases = [float(base) for base in state["base_lrs"]]
-        return {"steps": state["steps"], "fingerprint": state["fingerprint"], "momentum": state["momentum"],
-                "rescale_above": state["rescale_above"], "param groups": len(bases),
-                "lr ratios of the param groups": [base / bases[0] for base in bases]}
-
     def load_state_dict(self, state_dict) -> None:
         """Restore the position and the rescaling; refuse a state whose settings differ from this scheduler's, or
-        whose progress this scheduler could not have reached (:meth:`_check_state`), with ``ValueError`` before
+        whose progress this scheduler could not have reached (:func:`~explr.scheduler_state.check_loadable`), with ``ValueError`` before
         anything is changed."""
-        if not isinstance(state_dict, dict):
-            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: a {type(state_dict).__name__}")
-        keys, ours = set(state_dict), set(_STATE_KEYS)
-        if keys != ours:
-            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {sorted(ours - keys)}, "
-                             f"unexpected {sorted(keys - ours)}")
-        self._check_state(state_dict)
-        saved, ours = self._trajectory(state_dict), self._trajectory(self.state_dict())
-        for name, value in ours.items():
-            if saved[name] != value:
-                raise ValueError(
-                    f"PerStepLR.load_state_dict: the saved state has {name} = {saved[name]!r}, this scheduler "
-                    f"{value!r}: it belongs to a different schedule or setup; build the scheduler as the saved "
-                    "one was built before resuming")
-        self._check_progress(state_dict)
-        for key in _PROGRESS_KEYS[1:]:
+        check_loadable(state_dict, trajectory(self.state_dict()), self._lr, self._exponents,
+                        self.rescale_above)
+        for key in PROGRESS_KEYS[1:]:
             setattr(self, key, copy.copy(state_dict[key]))
         self._last_epoch = state_dict["last_epoch"]
         if self._last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
             self._update_lr(self._last_epoch)
 
-    def _check_state(self, state: dict) -> None:
-        """The types of a state's settings, so that comparing them with this scheduler's cannot fail."""
-        _require(state, "steps", is_int(state["steps"]), "an integer")
-        _require(state, "fingerprint", isinstance(state["fingerprint"], str), "a string")
-        for key in ("momentum", "rescale_above"):
-            _require(state, key, state[key] is None or is_real(state[key]), "None or a finite number")
-        bases = state["base_lrs"]  # one per param group: their number is compared with this scheduler's next
-        _require(state, "base_lrs", isinstance(bases, (list, tuple)) and len(bases) >= 1
-                 and all(map(_is_lr, bases)), f"a list of {_GROUP_LR_RULE}, one per param group")
-
-    def _check_progress(self, state: dict) -> None:
-        """The progress of a state of this schedule is one this scheduler reaches (module docstring):
-
-        * ``last_epoch`` an integer in [−1, steps], ``_step_count`` and ``rescale_count`` integers ≥ 0;
-        * ``log2_rescale`` an even integer ≤ 0 (0 without ``rescale_above``), at which the played lr of the
-          current step is at most ``rescale_above`` (a higher one would have been rescaled) and at least
-          lr₀/4 · 2^(−2) over the largest lr so far (a rescaling sets the lr into (lr₀/4, lr₀]; one more
-          factor 4 for rounding);
-        * one rescaling at least per factor 4 of ``log2_rescale``, and none if it is 0;
-        * ``_last_lr`` and ``_own_weight_decay``: one number (or, for the latter, None) per param group."""
-        groups, steps = len(self._ratios), self.steps
-        last = state["last_epoch"]
-        _require(state, "last_epoch", is_int(last) and -1 <= last <= steps, f"an integer in [-1, {steps}]")
-        _require(state, "_step_count", is_int(state["_step_count"]) and state["_step_count"] >= 0,
-                 "an integer >= 0")
-        _require(state, "_last_lr", isinstance(state["_last_lr"], (list, tuple)) and len(state["_last_lr"]) == groups
-                 and all(is_real(x) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in state["_last_lr"]),
-                 f"a list of {groups} numbers")
-        _require(state, "_own_weight_decay", isinstance(state["_own_weight_decay"], (list, tuple))
-                 and len(state["_own_weight_decay"]) == groups
-                 and all(x is None or is_real(x) for x in state["_own_weight_decay"]),
-                 f"a list of {groups} numbers or None")
-        log2 = state["log2_rescale"]
-        _require(state, "log2_rescale", is_int(log2) and log2 % 2 == 0 and log2 <= 0, "an even integer <= 0")
-        if self.rescale_above is None:
-            _require(state, "log2_rescale", log2 == 0, "0 (this scheduler has no rescale_above)")
-        else:
-            p = min(max(last, 0), steps - 1)
-            exponents = self._exponents[0][:p + 1] if self._exponents is not None else 0
-            highest = float(np.max(np.log2(self._lr[:p + 1]) + exponents))
-            low, high = self._log2_lr(0) - 4 - highest, math.log2(self.rescale_above) - self._log2_lr(p)
-            _require(state, "log2_rescale", low <= log2 and not self._log2_lr(p) + log2 > math.log2(self.rescale_above),
-                     f"an even integer in [{math.ceil(low)}, {math.floor(high)}] at step {p} (where the played lr is "
-                     "between a quarter of lr[0] over the largest lr so far and rescale_above)")
-        count = state["rescale_count"]
-        _require(state, "rescale_count", is_int(count) and (count == 0 if log2 == 0 else 1 <= count <= -log2 // 2),
-                 "0 with log2_rescale 0" if log2 == 0 else f"an integer in [1, {-log2 // 2}] with log2_rescale {log2}")
-
-
-def _require(state: dict, key: str, ok: bool, rule: str) -> None:
-    """``ValueError`` naming ``key``, its value (shortened to one line) and ``rule`` unless ``ok``."""
-    if not ok:
-        shown = " ".join(repr(state[key]).split())
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise ValueError(f"PerStepLR.load_state_dict: {key} = {shown} must be {rule}; the state was not written by "
-                         "this scheduler (hand-edited?)")
-
-
-def _is_lr(value) -> bool:
-    """A param group's lr as PerStepLR accepts it (``_GROUP_LR_RULE``)."""
-    return is_real(value) and value > 0
+    @classmethod
+    def check_state_dict(cls, state_dict, schedule, *, rescale_above: float | None = None,
+                         lr_ratios=(1.0,)) -> None:
+        """Refuse, with the ``ValueError`` of :meth:`load_state_dict`, a state that a ``PerStepLR`` playing
+        ``schedule`` (an ``EquivalentSchedule`` or a ``PlainSchedule``) with ``rescale_above``, over param groups
+        whose lrs stand in ``lr_ratios`` to the first one's, would refuse: a check made before the optimizer
+        exists (a run's checkpoint, before its network is built)."""
+        momentum, lr, wd, exponents = played_arrays(schedule, None)
+        ratios = [float(r) for r in lr_ratios]
+        ours = {"steps": len(lr), "fingerprint": fingerprint(lr, wd, exponents), "momentum": momentum,
+                "rescale_above": None if rescale_above is None else float(rescale_above),
+                "param groups": len(ratios), "lr ratios of the param groups": ratios}
+        check_loadable(state_dict, ours, lr, exponents, ours["rescale_above"])
 
 
 def _group_number(group: dict, i: int, key: str) -> float:
-    """``group[key]`` (a number or a one-element tensor) as a float: ``_GROUP_LR_RULE`` for an lr, finite for a
+    """``group[key]`` (a number or a one-element tensor) as a float: ``GROUP_LR_RULE`` for an lr, finite for a
     weight decay; ``ValueError`` naming the group, the key and the value otherwise."""
     value = group[key]
     number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
-    ok, rule = (is_real(number), "a finite number") if key == "weight_decay" else (_is_lr(number), _GROUP_LR_RULE)
+    ok, rule = (is_real(number), "a finite number") if key == "weight_decay" else (is_group_lr(number), GROUP_LR_RULE)
     if not ok:
         shown = value if isinstance(value, torch.Tensor) else number
         raise ValueError(f"PerStepLR: param group {i} has {key} = {shown!r}; it must be {rule}"

@@ -31,6 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +46,7 @@ __all__ = [
     "NPZ_KEYS",
     "DataError",
     "CifarArrays",
+    "DataIdentity",
     "arrays_sha256",
     "cache_key",
     "load_npz",
@@ -68,6 +70,14 @@ HOW_TO_GET = (
 
 class DataError(ValueError):
     """The data is missing or not what was expected; the message says how to get it."""
+
+
+class DataIdentity(NamedTuple):
+    """Which data a run trains on, without the images: its source's name, the arrays' sha256, the training images."""
+
+    source: str
+    sha256: str
+    n_train: int
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,10 @@ class CifarArrays:
             sq += np.square(c64).sum(0)
         mean = sums / len(flat)
         return mean, np.sqrt(np.maximum(sq / len(flat) - mean**2, 0.0))
+
+    @property
+    def identity(self) -> DataIdentity:
+        return DataIdentity(self.source, self.sha256, int(len(self.y_train)))
 
     def describe(self) -> dict:
         """JSON-able summary for a run's manifest."""

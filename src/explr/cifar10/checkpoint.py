@@ -19,9 +19,8 @@ from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
 from ..params import Float, Text, is_int
 from .config import RESOLVED_KEYS, TrainConfig
-from .hardware import param_dtype
 from .lock import RunError, read_run_file
-from .played import played_schedule, rescale_limit
+from .played import rescale_limit
 
 __all__ = ["CHECKPOINT", "CHECKPOINT_KEYS", "FORMAT", "Checkpoint", "check_checkpoint", "check_epoch",
            "check_progress", "check_states", "checkpoint_state", "load_checkpoint", "refuse", "serialize_checkpoint",
@@ -146,22 +145,15 @@ def check_states(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
                        f"the folder {path.parent} to train this run again from the start") from None
 
 
-def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, precision: str, path, *,
-                   schedule=None) -> None:
+def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, path, *, schedule) -> None:
     """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
-    is one that ``config``'s scheduler loads (:meth:`PerStepLR.load_state_dict`'s checks, played into a stand-in
-    optimizer of the run's weight dtype) at the checkpoint's epoch: ``last_epoch`` = epoch × ``steps_per_epoch``.
-    Otherwise a :class:`RunError` naming ``path``.  ``schedule``: ``config``'s played schedule where the caller
-    holds it (a trainer's), else it is built here."""
+    is one that ``config``'s scheduler, playing ``schedule`` (``config``'s played schedule), loads
+    (:meth:`PerStepLR.check_state_dict`, the checks of its ``load_state_dict``) at the checkpoint's epoch:
+    ``last_epoch`` = epoch × ``steps_per_epoch``.  Otherwise a :class:`RunError` naming ``path``."""
     path = Path(path)
     state = saved["scheduler"]
-    if schedule is None:
-        schedule = played_schedule(config, steps_per_epoch)
-    weight = torch.zeros(1, dtype=param_dtype(precision), requires_grad=True)
-    stand_in = torch.optim.SGD([weight], lr=schedule.first_lr, momentum=config.momentum)
-    scheduler = PerStepLR(stand_in, schedule, rescale_above=rescale_limit(config))  # a bad setting: its own line
     try:
-        scheduler.load_state_dict(state)
+        PerStepLR.check_state_dict(state, schedule, rescale_above=rescale_limit(config))
     except (ValueError, TypeError, OverflowError) as err:
         reason = " ".join(str(err).split())[:200]
         raise refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None

@@ -20,8 +20,9 @@ from pathlib import Path
 from .config import TrainConfig
 from .lock import DiskFull, RunLocked
 from .preflight import prepare
+from .prepared import PreparedRun
 from .runfolder import run_dir
-from .runs import SWEEP_GOES_ON, RunResult, train_run
+from .runs import SWEEP_GOES_ON, RunResult, train_prepared
 from .status import RunState, Status
 
 __all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
@@ -51,23 +52,25 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, 
 
 
 class RunJob:
-    """One run as a submitit job: trains (or resumes) it, a run a full disk stopped included (its result says
-    "disk full", as the local pool's does); ``checkpoint`` requeues it with ``resume=True``."""
+    """One prepared run (:class:`~explr.cifar10.prepared.PreparedRun`) as a submitit job: trains (or resumes) it, a
+    run a full disk stopped included (its result says "disk full", as the local pool's does); ``checkpoint``
+    requeues it with ``resume=True``."""
 
-    def __init__(self, config: TrainConfig, folder: str, resume: bool):
-        self.config, self.folder, self.resume = config, folder, resume
+    def __init__(self, run: PreparedRun):
+        self.run = run
 
     def __call__(self) -> RunResult:
         try:
-            return train_run(self.config, self.folder, resume=self.resume, progress=False)
+            return train_prepared(self.run, progress=False)
         except (*SWEEP_GOES_ON, DiskFull) as err:
-            return RunResult.of_error(self.folder, err)
+            return RunResult.of_error(self.run.folder, err)
 
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint."""
+        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint (its
+        folder changed since it was prepared, so it is checked again under the lock)."""
         from submitit.helpers import DelayedSubmission
 
-        return DelayedSubmission(RunJob(self.config, self.folder, resume=True))
+        return DelayedSubmission(RunJob(dataclasses.replace(self.run, resume=True)))
 
 
 def _slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run) -> list[str]:
@@ -121,11 +124,11 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
         raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
                          "requirements.txt)") from None
     check_launcher("submitit", cluster=cluster, partition=partition, account=account)
-    _, checks, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False)
+    _, runs, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False)
     for note in notes:
         print(note, file=sys.stderr)
     dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
-    results = [_skipped(d, check) for d, check in zip(dirs, checks)]
+    results = [_skipped(d, run) for d, run in zip(dirs, runs)]
     todo = [i for i, r in enumerate(results) if r is None]
     jobs = {}
     if todo:
@@ -142,7 +145,7 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
             params.update({k: v for k, v in (("slurm_partition", partition), ("slurm_account", account)) if v})
         executor.update_parameters(**params)
         with executor.batch():
-            submitted = [executor.submit(RunJob(configs[i], dirs[i], resume)) for i in todo]
+            submitted = [executor.submit(RunJob(runs[i])) for i in todo]
         jobs = dict(zip(todo, submitted))
     if not wait:
         return [r or RunResult(Path(dirs[i]), Status.SUBMITTED, job_id=jobs[i].job_id) for i, r in enumerate(results)]
@@ -151,11 +154,11 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     return results
 
 
-def _skipped(folder: str, check) -> RunResult | None:
+def _skipped(folder: str, run) -> RunResult | None:
     """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
-    if isinstance(check, RunLocked):
-        return RunResult.of_error(folder, check)
-    if check.state is RunState.FINISHED:
+    if isinstance(run, RunLocked):
+        return RunResult.of_error(folder, run)
+    if run.state is RunState.FINISHED:
         return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
     return None
 

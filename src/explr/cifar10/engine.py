@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
+from ..schedules import Schedule
 from .arrays import CifarArrays
 from .config import TrainConfig
 from .data import DeviceData, EpochPlan
@@ -69,13 +70,15 @@ class Trainer:
     """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.
 
     Built from a validated :class:`~explr.cifar10.config.TrainConfig` and in-memory
-    :class:`~explr.cifar10.data.CifarArrays` (:func:`explr.cifar10.runs.train_run` adds the files,
-    resume and progress bar).  ``model``: the network to train instead of ``config``'s PreResNet (e.g. a
-    PreResNet whose outputs break, to test divergence); it must be scale invariant for the exponential schedules.
+    :class:`~explr.cifar10.data.CifarArrays` (:func:`explr.cifar10.runs.train_prepared` adds the files,
+    resume and progress bar).  ``schedule``: ``config``'s played schedule where the caller built it
+    (:class:`~explr.cifar10.prepared.PreparedRun`); ``model``: the network to train instead of ``config``'s
+    PreResNet (e.g. a PreResNet whose outputs break, to test divergence); it must be scale invariant for the
+    exponential schedules.
     """
 
     def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
-                 model: torch.nn.Module | None = None):
+                 schedule: Schedule | None = None, model: torch.nn.Module | None = None):
         self.config = c = config
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = resolve_precision(c.precision, self.device)
@@ -85,8 +88,8 @@ class Trainer:
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
         #: what the scheduler plays (``.log_lr``: ln of the schedule's lr, beyond float64's range if need be)
+        self.schedule = schedule if schedule is not None else played_schedule(c, self.steps_per_epoch)
         limit = rescale_limit(c)
-        self.schedule = played_schedule(c, self.steps_per_epoch)
         if model is None:
             model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
         self.model = model.to(dtype)

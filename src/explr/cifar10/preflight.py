@@ -1,9 +1,9 @@
 """Every run of a sweep checked before anything starts.
 
 :func:`prepare` checks every run of a sweep before the first one starts, and creates nothing: the
-settings, the device, the output folder, the data (loaded once: readable, trainable, enough images for
-the batch), every run's schedule (built for the real number of steps; an exponential one must start
-below ``rescale_above``) and every run folder (:func:`explr.cifar10.runfolder.check_run`: lock, existing run,
+settings, the device, the output folder, the data (loaded once: readable, trainable), then prepares every run
+(:func:`~explr.cifar10.prepared.prepare_run`: enough images for the batch, its schedule built once for the real
+number of steps, an exponential one starting below ``rescale_above``, and its folder checked: lock, existing run,
 corrupt files, resume compatibility; a file where a run's folder would go).  What needs no data is checked before
 the data is loaded (:func:`check_before_data`: the settings, the device, the folders and the manifests), so that a
 bad flag or run folder never waits for a download or a decode.  Any failure is one ``ValueError`` line.  A run folder that another process takes after these checks is reported as
@@ -11,45 +11,18 @@ bad flag or run folder never waits for a download or a decode.  Any failure is o
 """
 from __future__ import annotations
 
-import torch
-
-from ..lr_scheduler import PerStepLR
 from .arrays import CifarArrays
 from .config import JOBS, TrainConfig
 from .hardware import resolved_settings
 from .lock import RunLocked
-from .runfolder import check_folder, check_run, check_writable, run_dir
-from .played import played_schedule, rescale_limit
+from .prepared import prepare_run
+from .runfolder import check_folder, check_writable, run_dir
 from .sources import load_cifar10
 
 __all__ = ["check_before_data", "prepare"]
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
-def _check_schedule(config: TrainConfig, arrays: CifarArrays):
-    """Build ``config``'s schedule for the real number of steps, once (:func:`~explr.cifar10.played.played_schedule`
-    checks it), and play it into a dummy optimizer (:class:`~explr.lr_scheduler.PerStepLR` checks
-    ``rescale_above``); one ``ValueError`` line naming the run otherwise.  Returns the schedule."""
-    n = len(arrays.y_train)
-    if config.batch_size > n:
-        raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {n} training images of "
-                         f"{arrays.source}")
-    limit = rescale_limit(config)
-    rescaled = "" if limit is None else f", --rescale-above {limit:g}"
-    where = f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum " \
-            f"{config.momentum:g}, --epochs {config.epochs}{rescaled})"
-    try:
-        played = played_schedule(config, n // config.batch_size)
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
-    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=config.momentum)
-    try:
-        PerStepLR(dummy, played, rescale_above=limit)
-    except ValueError as err:
-        raise ValueError(f"{where} cannot be played: {err}") from None
-    return played
-
-
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False) -> list[dict]:
     """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
@@ -80,13 +53,13 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True):
-    """Check every run of the sweep (module docstring); returns ``(arrays, checks, notes)``.  Creates nothing.
+    """Check every run of the sweep (module docstring); returns ``(arrays, runs, notes)``.  Creates nothing.
 
     ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
     decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
-    ``checks``: per config, what :func:`~explr.cifar10.runfolder.check_run` found (its
-    :class:`~explr.cifar10.status.RunState`); with ``skip_locked``, a run that a live process holds gets its
-    :class:`RunLocked` error there instead of raising it.  ``notes`` are lines worth showing (stale locks).
+    ``runs``: per config, its :class:`~explr.cifar10.prepared.PreparedRun` (built and checked once: what its folder
+    holds is its ``state``); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
+    there instead of raising it.  ``notes`` are lines worth showing (stale locks).
     """
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
@@ -96,13 +69,12 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
         data, root = sources.pop()
         arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
     arrays.channel_stats  # noqa: B018  (constant images raise DataError)
-    schedules = [_check_schedule(c, arrays) for c in configs]
-    checks = []
-    for c, d, r, s in zip(configs, [run_dir(out, c.schedule, c.seed) for c in configs], resolved, schedules):
+    runs = []
+    for c, r in zip(configs, resolved):
         try:
-            checks.append(check_run(c, d, arrays, resume, r, schedule=s))
+            runs.append(prepare_run(c, run_dir(out, c.schedule, c.seed), arrays, resume=resume, resolved=r))
         except RunLocked as err:
             if not skip_locked:
                 raise
-            checks.append(err)
-    return arrays, checks, [c.note for c in checks if not isinstance(c, RunLocked) and c.note]
+            runs.append(err)
+    return arrays, runs, [r.note for r in runs if not isinstance(r, RunLocked) and r.note]

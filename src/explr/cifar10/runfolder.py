@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..params import is_int
-from .arrays import CifarArrays
+from .arrays import DataIdentity
 from .checkpoint import CHECKPOINT, check_checkpoint, check_epoch, check_progress, check_states
 from .config import TRAJECTORY_KEYS, TrainConfig
 from .lock import LOCK, RunError, RunLocked, _locked_message, lock_holder, lock_is_a_link
@@ -171,12 +171,11 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
     return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
 
 
-def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, resolved: dict,
-              holding_lock: bool = False, schedule=None) -> RunCheck:
-    """Can ``config`` train into ``folder``?  Raises :class:`RunError` (module docstring); writes nothing.
-
-    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check);
-    ``schedule``: ``config``'s played schedule where the caller holds it (:func:`check_progress`)."""
+def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *, schedule,
+              holding_lock: bool = False) -> RunCheck:
+    """Can ``config`` train on ``data`` into ``folder``?  Raises :class:`RunError` (module docstring); writes
+    nothing.  ``schedule``: ``config``'s played schedule (:func:`~explr.cifar10.checkpoint.check_progress`);
+    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:
@@ -192,13 +191,12 @@ def check_run(config: TrainConfig, folder, arrays: CifarArrays, resume: bool, re
     diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
     if diff:
         raise RunError(f"--resume: the run in {folder} was made with other settings: {', '.join(diff)}")
-    if saved["data_sha256"] != arrays.sha256:
+    if saved["data_sha256"] != data.sha256:
         raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
-                       f"now {arrays.sha256[:12]}… from {arrays.source}); pass the same --data or another --out")
+                       f"now {data.sha256[:12]}… from {data.source}); pass the same --data or another --out")
     check_epoch(saved, config, ckpt)
     check_states(saved, config, ckpt)
-    check_progress(saved, config, len(arrays.y_train) // config.batch_size, resolved["precision"], ckpt,
-                   schedule=schedule)
+    check_progress(saved, config, data.n_train // config.batch_size, ckpt, schedule=schedule)
     done = saved["epoch"]
     if done >= config.epochs and metrics.exists():  # a finished run's metrics (an unfinished run's are rewritten)
         check_metrics_file(read_metrics(metrics), saved["metrics"], metrics, ckpt)

@@ -5,9 +5,9 @@ One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<
 (manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`; each file's format:
 :mod:`~explr.cifar10.manifest`, :mod:`~explr.cifar10.metrics`, :mod:`~explr.cifar10.checkpoint`).
 
-Safety.  :func:`train_run` checks the folder (:func:`~explr.cifar10.runfolder.check_run`) and builds the
-trainer before it creates anything, then takes the lock, removes temporary files a killed writer left,
-checks again and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
+Safety.  :func:`train_run` prepares the run (:func:`~explr.cifar10.prepared.prepare_run`: the folder checked once),
+and :func:`train_prepared` builds the trainer before it creates anything, then takes the lock, removes temporary
+files a killed writer left, checks the folder again only if its files changed meanwhile, and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
 the one being written, then as the one written), so a resume notices a damaged checkpoint.  SIGINT or
 SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
 its last finished epoch intact, and a full disk (:class:`~explr.cifar10.lock.DiskFull`) with status "disk full"
@@ -32,7 +32,7 @@ from .arrays import CifarArrays
 from .checkpoint import CHECKPOINT, Checkpoint, checkpoint_state, serialize_checkpoint
 from .config import TrainConfig
 from .engine import Trainer, TrainingDiverged
-from .hardware import device_name, resolved_settings
+from .hardware import device_name
 from .lock import DiskFull, RunError, RunLock, RunLocked, signal_name, write_file
 from .manifest import (
     MANIFEST,
@@ -45,11 +45,12 @@ from .manifest import (
     write_manifest,
 )
 from .metrics import METRICS, TIMING_KEYS, MetricsRow, read_metrics, write_metrics
-from .runfolder import check_run, config_record
+from .prepared import PreparedRun, prepare_run
+from .runfolder import config_record
 from .sources import load_cifar10
 from .status import RunState, Status
 
-__all__ = ["SWEEP_GOES_ON", "RunResult", "train_run"]
+__all__ = ["SWEEP_GOES_ON", "RunResult", "train_prepared", "train_run"]
 
 # ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
@@ -114,35 +115,49 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     """Train one run into the folder ``out`` (created); see the module docstring for the files.
 
     ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
-    is) and starts fresh otherwise.  Problems with the folder raise :class:`RunError` before anything
-    is written, and the trainer is built before anything is created.  ``stop_after=k`` stops after epoch
-    k (status "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
+    is) and starts fresh otherwise.  The run is prepared first (:func:`~explr.cifar10.prepared.prepare_run`:
+    problems with the folder raise :class:`RunError` before anything is written), then trained
+    (:func:`train_prepared`, which takes the other arguments).
+    """
+    config.validate()
+    arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
+              if arrays is None else arrays)
+    return train_prepared(prepare_run(config, out, arrays, resume=resume), arrays, progress=progress,
+                          position=position, stop_after=stop_after, model=model)
+
+
+def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
+                   stop_after: int | None = None, model=None) -> RunResult:
+    """Train the prepared ``run`` (:class:`~explr.cifar10.prepared.PreparedRun`) on ``arrays`` (loaded here if
+    ``None``: they must be the data it was prepared with).
+
+    The trainer is built before anything is created; then the run's lock is taken, temporary files a killed writer
+    left are removed, and the folder is checked again only if its files changed since the run was prepared
+    (:meth:`~explr.cifar10.prepared.PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k (status
+    "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
     (:class:`~explr.cifar10.engine.Trainer`).  Raises :class:`TrainingDiverged` when the run diverges
     (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`~explr.cifar10.lock.Terminated`) when
     interrupted and :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and
     record the status in the manifest (a full disk: if the manifest can still be written).
     """
-    config.validate()
-    arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
-              if arrays is None else arrays)
-    resolved = resolved_settings(config)
-    out = Path(out)
+    c = run.config
+    if arrays is None:
+        arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
+    run.check_data(arrays)
     trainer = None
-    if check_run(config, out, arrays, resume, resolved).state is not RunState.FINISHED:  # before anything is created
-        torch.set_num_threads(resolved["threads"])
-        trainer = Trainer(config, arrays, model=model)
-    with RunLock(out) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
-        files.remove_leftovers(out)
-        check = check_run(config, out, arrays, resume, resolved, holding_lock=True,
-                          schedule=trainer.schedule if trainer else None)  # the trainer's, not built again
+    if run.state is not RunState.FINISHED:  # before anything is created
+        torch.set_num_threads(run.resolved["threads"])
+        trainer = Trainer(c, arrays, schedule=run.schedule, model=model)
+    with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
+        files.remove_leftovers(run.folder)
+        run = run.confirmed()
         if lock.stale_pid:
-            print(f"{out}: stale lock of process {lock.stale_pid} (killed?); continuing from its last checkpoint",
-                  file=sys.stderr)
-        if check.state is RunState.FINISHED:
-            return _finished(out)
-        trainer = trainer or Trainer(config, arrays, model=model)
-        resuming = check.state is RunState.RESUME
-        return _train(config, out, arrays, trainer, resuming, resolved, progress, position, stop_after)
+            print(f"{run.folder}: stale lock of process {lock.stale_pid} (killed?); continuing from its last "
+                  "checkpoint", file=sys.stderr)
+        if run.state is RunState.FINISHED:
+            return _finished(run.folder)
+        trainer = trainer or Trainer(c, arrays, schedule=run.schedule, model=model)
+        return _train(run, arrays, trainer, progress, position, stop_after)
 
 
 def _finished(out: Path) -> RunResult:
@@ -156,13 +171,13 @@ def _finished(out: Path) -> RunResult:
     return RunResult(out, Status.FINISHED, saved["epoch"], "already finished", saved["metrics"])
 
 
-def _train(config, out: Path, arrays, trainer: Trainer, resume: bool, resolved: dict, progress, position,
-           stop_after) -> RunResult:
+def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_after) -> RunResult:
     from tqdm import tqdm
 
+    config, out, resolved = run.config, run.folder, run.resolved
     ckpt_path, manifest_path = out / CHECKPOINT, out / MANIFEST
     history, start, elapsed, previous = [], 0, 0.0, {}
-    if resume:
+    if run.state is RunState.RESUME:
         previous = read_manifest(manifest_path) if manifest_path.exists() else {}
         saved = checkpoint_of(out, previous)
         trainer.load_state_dict(saved)

@@ -25,11 +25,11 @@ import torch
 
 from .arrays import CifarArrays
 from .config import TrainConfig
-from .hardware import resolved_settings, worker_gpus, workers
+from .hardware import worker_gpus, workers
 from .lock import DiskFull, exit_code, handle_signals
 from .preflight import prepare
-from .runfolder import run_dir
-from .runs import SWEEP_GOES_ON, RunResult, train_run
+from .prepared import PreparedRun
+from .runs import SWEEP_GOES_ON, RunResult, train_prepared
 from .status import Status
 
 __all__ = ["run_many", "run_plan", "share_arrays", "attach_arrays"]
@@ -52,9 +52,8 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
     run starts (those stay "not started").  ``log_file``: each run's output goes to that file in its folder
     instead of this process's.  Either trains every run in a worker process, also with ``jobs=1``.
     """
-    arrays = _prepare(configs, out, arrays, resume, jobs, progress)
-    return _train_all(configs, [run_dir(out, c.schedule, c.seed) for c in configs], arrays, jobs, resume, progress,
-                      deadline, log_file)
+    arrays, runs = _prepare(configs, out, arrays, resume, jobs, progress)
+    return _train_all(runs, arrays, jobs, progress, deadline, log_file)
 
 
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
@@ -64,45 +63,44 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
     ``<out>/<name>/``, every experiment checked (:func:`~explr.cifar10.preflight.prepare`, the data loaded once)
     before any run starts, and all trained in one pool of ``jobs`` processes.  Returns one
     :class:`~explr.cifar10.runs.RunResult` per run, in plan order."""
-    configs, dirs = [], []
+    runs = []
     for name, group in plan.items():
-        arrays = _prepare(group, Path(out) / name, arrays, resume, jobs, progress)
-        configs += group
-        dirs += [run_dir(Path(out) / name, c.schedule, c.seed) for c in group]
-    return _train_all(configs, dirs, arrays, jobs, resume, progress, deadline, log_file)
+        arrays, prepared = _prepare(group, Path(out) / name, arrays, resume, jobs, progress)
+        runs += prepared
+    return _train_all(runs, arrays, jobs, progress, deadline, log_file)
 
 
-def _prepare(configs, out, arrays, resume, jobs, progress) -> CifarArrays:
-    """:func:`~explr.cifar10.preflight.prepare` the runs into ``out``, showing its notes; returns the data."""
-    arrays, _, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
+def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays, list[PreparedRun]]:
+    """:func:`~explr.cifar10.preflight.prepare` the runs into ``out``, showing its notes; returns the data and the
+    prepared runs."""
+    arrays, runs, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
     for note in notes:
         print(note, file=sys.stderr)
-    return arrays
+    return arrays, runs
 
 
-def _train_all(configs, dirs, arrays, jobs, resume, progress, deadline, log_file) -> list[RunResult]:
-    """Train the checked runs: here, one after the other, or in a pool of worker processes
+def _train_all(runs: list[PreparedRun], arrays, jobs, progress, deadline, log_file) -> list[RunResult]:
+    """Train the prepared runs: here, one after the other, or in a pool of worker processes
     (:func:`~explr.cifar10.hardware.workers`: no more than the runs, nor on the CPU than the CPUs).  Every run's
-    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.preflight.prepare` checked them, however
+    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.preflight.prepare` resolved them, however
     many runs the sweep holds: a run trained alone resumes in a larger sweep with the same ``jobs``."""
-    if not configs:
+    if not runs:
         return []
-    configs = [dataclasses.replace(c, threads=resolved_settings(c, jobs)["threads"]) for c in configs]
-    devices = [torch.device(resolved_settings(c)["device"]) for c in configs]
-    pool = workers(jobs, len(configs), next((d for d in devices if d.type == "cpu"), devices[0]))
-    if pool < min(jobs, len(configs)):
+    devices = [torch.device(run.resolved["device"]) for run in runs]
+    pool = workers(jobs, len(runs), next((d for d in devices if d.type == "cpu"), devices[0]))
+    if pool < min(jobs, len(runs)):
         print(f"--jobs {jobs}: {pool} runs at a time, as many as the CPUs this process may use (each run on the CPU "
               "needs one)", file=sys.stderr)
     if pool == 1 and deadline is None and log_file is None:
-        return [_run_here(c, d, arrays, resume, progress) for c, d in zip(configs, dirs)]
-    return _run_processes(configs, dirs, arrays, pool, resume, progress, deadline, log_file)
+        return [_run_here(run, arrays, progress) for run in runs]
+    return _run_processes(runs, arrays, pool, progress, deadline, log_file)
 
 
-def _run_here(config, folder, arrays, resume, progress) -> RunResult:
+def _run_here(run: PreparedRun, arrays, progress) -> RunResult:
     try:
-        return train_run(config, folder, arrays, resume=resume, progress=progress)
+        return train_prepared(run, arrays, progress=progress)
     except SWEEP_GOES_ON as err:
-        return RunResult.of_error(folder, err)
+        return RunResult.of_error(run.folder, err)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -115,12 +113,13 @@ def _die_with_parent(parent: int) -> None:
         os._exit(128 + signal.SIGTERM)
 
 
-def _worker(config: TrainConfig, folder: str, resume: bool, progress: bool, position: int, gpu: str | None,
-            shared: dict | None, parent: int, log_file: str | None = None) -> None:
+def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: dict | None, parent: int,
+            log_file: str | None = None) -> None:
     _die_with_parent(parent)
+    folder = run.folder
     if log_file is not None:  # this run's output into its folder
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        fd = os.open(Path(folder) / log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(fd, 1)
@@ -131,7 +130,7 @@ def _worker(config: TrainConfig, folder: str, resume: bool, progress: bool, posi
     with handle_signals():
         try:
             arrays, shm = attach_arrays(shared) if shared else (None, None)
-            train_run(config, folder, arrays, resume=resume, progress=progress, position=position)
+            train_prepared(run, arrays, progress=progress, position=position)
         except (*SWEEP_GOES_ON, DiskFull) as err:  # the parent reads the status from the exit code
             result = RunResult.of_error(folder, err)
             print(result.message, file=sys.stderr)
@@ -140,16 +139,16 @@ def _worker(config: TrainConfig, folder: str, resume: bool, progress: bool, posi
             sys.exit(exit_code(err))
 
 
-def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None, log_file=None) -> list[RunResult]:
+def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -> list[RunResult]:
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("spawn")
-    uses_cuda = any(torch.device(resolved_settings(c)["device"]).type == "cuda" and c.device in ("auto", "cuda")
-                    for c in configs)
+    uses_cuda = any(torch.device(run.resolved["device"]).type == "cuda" and run.config.device in ("auto", "cuda")
+                    for run in runs)
     gpus = worker_gpus(jobs) if uses_cuda else [None] * jobs
     shm, shared = share_arrays(arrays)
-    pending, running, codes, free, stopped = list(range(len(configs))), {}, {}, list(range(jobs)), set()
+    pending, running, codes, free, stopped = list(range(len(runs))), {}, {}, list(range(jobs)), set()
     try:
         while pending or running:
             if deadline is not None and time.time() >= deadline:
@@ -160,8 +159,8 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None,
                         p.terminate()  # SIGTERM: the worker records "interrupted" and exits
             while pending and free:
                 slot, i = free.pop(0), pending.pop(0)
-                p = ctx.Process(target=_worker, args=(configs[i], str(dirs[i]), resume, progress, slot, gpus[slot],
-                                                      shared, os.getpid(), log_file), daemon=False)
+                p = ctx.Process(target=_worker, args=(runs[i], progress, slot, gpus[slot], shared, os.getpid(),
+                                                      log_file), daemon=False)
                 p.start()
                 running[p.sentinel] = (p, i, slot)
             left = None if deadline is None or stopped else max(0.0, deadline - time.time())
@@ -180,7 +179,8 @@ def _run_processes(configs, dirs, arrays, jobs, resume, progress, deadline=None,
         if shm is not None:
             shm.close()
             shm.unlink()
-    return [_pool_result(d, codes[i] if i in codes and i not in stopped else None) for i, d in enumerate(dirs)]
+    return [_pool_result(run.folder, codes[i] if i in codes and i not in stopped else None)
+            for i, run in enumerate(runs)]
 
 
 #: what a worker's exit code says where its run folder cannot tell (:meth:`Status.from_exit_code`); any other
