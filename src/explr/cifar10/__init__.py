@@ -25,8 +25,10 @@ Modules, each one concern, from the settings up to the command line:
   ``epoch_metrics()`` and ``describe()``) and divergence;
 * :mod:`~explr.cifar10.runfolder` -- one run folder on disk: where it lives, the checks before anything is written,
   :func:`load_runs`;
-* :mod:`~explr.cifar10.runs` -- training one run into its folder (:func:`train_run`: resume, epochs, progress)
-  and :class:`RunResult`, what became of a run;
+* :mod:`~explr.cifar10.prepared` -- one run made ready once (:func:`prepare_run`: a :class:`PreparedRun` holding
+  its schedule, resolved settings, data identity and what its folder holds), taken by all that trains it;
+* :mod:`~explr.cifar10.runs` -- training one run into its folder (:func:`train_run`, :func:`train_prepared`:
+  resume, epochs, progress) and :class:`RunResult`, what became of a run;
 * :mod:`~explr.cifar10.preflight` -- every run of a sweep checked before anything starts;
 * :mod:`~explr.cifar10.sweep` -- many runs: trained here or in worker processes (one pool, a deadline);
   :mod:`~explr.cifar10.cluster` -- as submitit jobs, on SLURM;
@@ -46,7 +48,8 @@ from .plans import experiment_plan
 from .results import committed_results, experiment_runs
 from .metrics import read_metrics
 from .runfolder import load_runs, run_dir
-from .runs import RunResult, train_run
+from .prepared import PreparedRun, prepare_run
+from .runs import RunResult, train_prepared, train_run
 from .played import played_schedule
 from .sources import load_cifar10, make_synthetic
 from .status import Status
@@ -56,6 +59,7 @@ __all__ = [
     "SCHEDULES",
     "CifarArrays",
     "DataError",
+    "PreparedRun",
     "RunError",
     "RunResult",
     "Status",
@@ -70,10 +74,12 @@ __all__ = [
     "load_runs",
     "make_synthetic",
     "played_schedule",
+    "prepare_run",
     "read_metrics",
     "run_dir",
     "run_many",
     "run_plan",
     "submit",
+    "train_prepared",
     "train_run",
 ]
