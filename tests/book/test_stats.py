@@ -23,7 +23,7 @@ from explr.book.stats import (TRAIN_IMAGES, complete_seeds, count_by_arm, decide
 from explr.book.verdicts import holm
 from explr.cifar10.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "results" / "cifar10-full"
 PLAN = load_plan(PLAN_PATH)
 PLAN2 = load_plan(PLAN_V2_PATH)

@@ -184,7 +184,7 @@ def test_bad_arguments_name_the_parameter(data):
         run_unit(build, *data, SETTINGS, "step", "float64", runs=("near",))
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "exact-twins"
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "exact-twins"
 
 
 def test_the_committed_rescaling_experiment_holds_its_claims():

@@ -11,7 +11,7 @@ import pytest
 from explr.cifar10.results import committed_results, experiment_runs
 from explr.cifar10.runfolder import load_runs
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def archive(tmp_path, files: dict, name="repo.tar.gz"):

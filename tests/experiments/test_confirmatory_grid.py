@@ -21,7 +21,7 @@ from explr.cifar10.lock import DiskFull
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("confirmatory_grid", ROOT / "experiments" / "confirmatory_grid.py")
 grid = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(grid)

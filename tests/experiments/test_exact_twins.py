@@ -17,7 +17,7 @@ import pytest
 
 from explr.cifar10.arrays import write_npz
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("exact_twins", ROOT / "experiments" / "exact_twins.py")
 twins_cli = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(twins_cli)

@@ -106,6 +106,7 @@ def test_the_chapter_tests_perturbation_changes_a_float64_matmul():
 def test_loading_the_plugins_imports_no_torch():
     """torch is imported for a chapter test's perturbation only, not by every pytest run that loads the plugins."""
     code = "import sys, grouping, roundoff_guard; print('torch' in sys.modules)"
-    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(TESTS)},
+    plugins = os.pathsep.join([str(TESTS), str(TESTS.parent / "suite")])  # roundoff_guard here, grouping there
+    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": plugins},
                          capture_output=True, text=True, timeout=60)
     assert run.stdout.split() == ["False"], run.stdout + run.stderr[-2000:]

@@ -10,7 +10,7 @@ import pytest
 
 from test_examples import MODULES, WIDTH
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- the API page

@@ -6,7 +6,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("ci_lock", ROOT / ".ci" / "lock.py")
 lock = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lock)

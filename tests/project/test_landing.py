@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("results_table", ROOT / ".ci" / "results_table.py")
 results_table = importlib.util.module_from_spec(spec)
 sys.modules["results_table"] = results_table  # its dataclasses look their module up

@@ -11,7 +11,7 @@ import pytest
 
 from explr.cifar10.status import RunState, Status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "explr"
 # A room is split by concern, not by line count: the cap only catches a file grown far past one concern
 # (nanoGPT's and airbench's trainers are single files of about 500 lines; PerStepLR with its checks is 505).
@@ -100,7 +100,7 @@ def imported_through(source: str, package: str, modules: dict[str, str]) -> list
 
 MODULES = {".".join(["explr", *p.relative_to(SRC).with_suffix("").parts]): p.read_text(encoding="utf-8")
            for p in FILES if p.name != "__init__.py"}
-READERS = [*FILES, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "benchmarks").glob("*.py")),
+READERS = [*FILES, *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "benchmarks").glob("*.py")),
            *sorted((ROOT / "experiments").glob("*.py"))]
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 _spec = importlib.util.spec_from_file_location("colab_cell", ROOT / ".ci" / "colab_cell.py")
 colab_cell = importlib.util.module_from_spec(_spec)

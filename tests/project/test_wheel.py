@@ -32,7 +32,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = "explr/book/analysis_plan.json"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: the wheel's file-name form of the distribution name (explr-book -> explr_book)

@@ -8,7 +8,8 @@ xdist's own ``--dist loadgroup`` (an ``xdist_group`` mark) would do this, but un
 groups: it appends the group to ``item._nodeid``, which ``nodeid`` no longer reads
 (https://github.com/pytest-dev/pytest-xdist/issues/1386, open; fix proposed in pytest-xdist#1388).  Until it is
 fixed, this plugin subclasses xdist's ``LoadScopeScheduling`` and overrides ``_split_scope``, its semi-private
-method that maps a test's node id to its unit.  ``tests/test_grouping.py`` runs a small suite on two workers.
+method that maps a test's node id to its unit.  ``tests/suite/test_grouping.py`` runs a small suite on two
+workers.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 #: tests that share one thing, so one worker runs them, one after another: the SLURM tests one cluster, the
 #: browser check one build of the book (a session fixture)
-SHARED = ("tests/test_slurm.py", "tests/browser/")
+SHARED = ("tests/slurm/", "tests/browser/")
 
 
 def unit(nodeid: str) -> str:

@@ -1,6 +1,6 @@
-"""The grouping plugin (tests/grouping.py) sends a notebook's cells, and each shared group, to one worker.
+"""The grouping plugin (tests/suite/grouping.py) sends a notebook's cells, and each shared group, to one worker.
 
-A small suite laid out like this repository's (a notebook, ``tests/test_slurm.py``, ``tests/browser/`` and
+A small suite laid out like this repository's (a notebook, ``tests/slurm/``, ``tests/browser/`` and
 tests of their own) runs on two xdist workers; the verbose report names the worker of every test.
 """
 import os
@@ -37,7 +37,7 @@ SUITE = {
     "conftest.py": CONFTEST,
     "pytest.ini": "[pytest]\n",
     "book/chapter.ipynb": "{}",
-    "tests/test_slurm.py": FOUR_TESTS,
+    "tests/slurm/test_slurm.py": FOUR_TESTS,
     "tests/browser/test_book.py": FOUR_TESTS,
     "tests/browser/test_pages.py": FOUR_TESTS,
     "tests/test_units.py": FOUR_TESTS,
@@ -86,7 +86,7 @@ def test_without_the_plugin_xdist_splits_the_groups(suite):
 
 def test_the_unit_of_a_test():
     assert unit("book/01_x.ipynb::Cell 3") == "book/01_x.ipynb"
-    assert unit("tests/test_slurm.py::test_submit[2]") == "tests/test_slurm.py"
+    assert unit("tests/slurm/test_slurm.py::test_submit[2]") == "tests/slurm/"
     assert unit("tests/browser/test_book_sources.py::test_x") == "tests/browser/"
-    assert unit("tests/test_slurm_notes.py::test_x") == "tests/test_slurm_notes.py::test_x"
+    assert unit("tests/slurm_notes/test_x.py::test_x") == "tests/slurm_notes/test_x.py::test_x"
     assert unit("tests/test_units.py::test_x") == "tests/test_units.py::test_x"

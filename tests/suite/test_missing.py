@@ -25,7 +25,7 @@ def test_under_ci_a_missing_piece_fails(missing, monkeypatch, value):
 @pytest.fixture()
 def conftest(request):
     """tests/conftest.py as pytest loaded it (every conftest.py outside a package is a module "conftest")."""
-    return request.config.pluginmanager.get_plugin(str(Path(__file__).resolve().with_name("conftest.py")))
+    return request.config.pluginmanager.get_plugin(str(Path(__file__).resolve().parents[1] / "conftest.py"))
 
 
 def test_the_summary_counts_the_skips_of_each_missing_piece(monkeypatch, missing, conftest):
