@@ -253,6 +253,7 @@ def _malformed(tmp_path, content, name="p.json"):
 V3 = json.loads(PLAN_V3_PATH.read_text())
 
 
+#: what a caller that trains the plan passes (the book floor does not know the engine's settings).
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 
 

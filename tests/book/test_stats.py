@@ -317,9 +317,6 @@ def test_pooled_sd_and_its_upper_confidence_limit():
         pooled_sd(summaries(step=[0.8]))
 
 
-#: what a caller that trains the plan passes (the book floor does not know the engine's settings).
-
-
 # ----------------------------------------------------------------------------- which runs a plan judges
 def grid_run(arm="step", seed=None, started=None, status="finished", **config):
     schedule, corrections = PLAN3.arms[arm]["schedule"], PLAN3.arms[arm]["corrections"]
