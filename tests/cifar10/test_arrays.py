@@ -1,21 +1,24 @@
-"""The decode cache's edges (issue 41 items 3-6): a forged seal, another host's temporary files in a shared
-``--data-root``, and the decode key's path (a folder, a file where its folder goes, unreadable, no home, a relative
-``XDG_CACHE_HOME``): a rebuilt cache or one line naming the path and what to do, never a traceback.
+"""explr.cifar10.arrays: the decode cache's edges (issue 41 items 3, 5, 6): a forged seal and the decode key's path
+(a folder, a file where its folder goes, unreadable, no home, a relative ``XDG_CACHE_HOME``): a rebuilt cache or one
+line naming the path and what to do, never a traceback; the .npz format (every header checked before anything is
+allocated, no pickles) and the checks every source's arrays pass.  (Another host's temporary files in a shared
+``--data-root``: test_files.py.)
 
 Every tree here is generated in a temporary folder; nothing needs the shared CIFAR-10 files.
 """
 import errno
+import io
 import os
-import time
+import zipfile
 
 import numpy as np
 import pytest
 
 from explr.cifar10 import arrays as arrays_module
-from explr.cifar10 import files
-from explr.cifar10.arrays import DataError, cache_key
+from explr.cifar10 import hardware
+from explr.cifar10.arrays import CifarArrays, DataError, cache_key, load_npz, write_npz
 from explr.cifar10.image_folder import load_image_folder, write_image_folder
-from explr.cifar10.sources import make_synthetic
+from explr.cifar10.sources import load_cifar10, make_synthetic, read_cifar_batches
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +31,11 @@ def key_home(tmp_path, monkeypatch):
 @pytest.fixture()
 def archive(tmp_path):
     return write_image_folder(tmp_path / "c", make_synthetic(n_train=40, n_test=20, seed=3), archive="tar.gz")
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_synthetic(n_train=60, n_test=20, seed=1)
 
 
 def test_a_forged_non_ascii_seal_is_rebuilt_not_a_crash(archive, tmp_path, capsys):
@@ -43,64 +51,6 @@ def test_a_forged_non_ascii_seal_is_rebuilt_not_a_crash(archive, tmp_path, capsy
         assert "its seal does not match" in capsys.readouterr().err, seal
     assert load_image_folder(archive, cache_dir=cache, progress=False).sha256 == first.sha256
     assert capsys.readouterr().err == "", "rebuilt: read silently"
-
-
-# ----------------------------------------------------------------------------- item 4: a --data-root shared by hosts
-DEAD_PID = 999_999_999  # no such process here
-
-
-def test_another_hosts_fresh_temp_file_survives_this_hosts_cleanup(tmp_path, monkeypatch):
-    """Item 4: host A deleted host B's fresh .tmp mid-write because B's pid was not alive on A, and B's write failed
-    with "No such file or directory"."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    target = cache / "image-folder-b.npz"
-    this_host_getpid, host_a = os.getpid, getattr(files, "HOST", None)
-
-    def write_as_host_b(f):
-        f.write(b"half a cache")
-        with monkeypatch.context() as as_host_a:  # meanwhile on host A, which shares the folder
-            as_host_a.setattr(os, "getpid", this_host_getpid)
-            as_host_a.setattr(files, "HOST", host_a, raising=False)
-            assert files.remove_stale_leftovers(cache) == []
-        f.write(b", the other half")
-
-    with monkeypatch.context() as as_host_b:
-        as_host_b.setattr(os, "getpid", lambda: DEAD_PID)  # B's pid, not alive on A
-        as_host_b.setattr(files, "HOST", "0123abcd" if host_a != "0123abcd" else "4567cdef", raising=False)
-        files.atomic_write(target, write_as_host_b)
-    assert target.read_bytes() == b"half a cache, the other half"
-
-
-def test_the_pid_rule_applies_to_this_hosts_files_and_the_hour_rule_to_other_hosts(tmp_path):
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    here, there = files.HOST, "0123abcd" if files.HOST != "0123abcd" else "4567cdef"
-    names = {
-        "dead here": f".image-folder-a.npz.{DEAD_PID}@{here}.k2j4m7xa.tmp",
-        "alive here": f".image-folder-b.npz.{os.getpid()}@{here}.x8_qz3ab.tmp",
-        "fresh there": f".image-folder-c.npz.{DEAD_PID}@{there}.q1w2e3r4.tmp",
-        "old there": f".image-folder-d.npz.{os.getpid()}@{there}.t5y6u7i8.tmp",
-        "fresh, no host": f".image-folder-e.npz.{DEAD_PID}.a1s2d3f4.tmp",
-        "old, no host": f".image-folder-f.npz.{DEAD_PID}.g5h6j7k8.tmp",
-    }
-    for case, name in names.items():
-        (cache / name).write_bytes(b"half a cache")
-        if case.startswith("old"):
-            os.utime(cache / name, (time.time() - 2 * files.STALE_AFTER_S,) * 2)
-    removed = files.remove_stale_leftovers(cache)
-    assert sorted(removed) == sorted(names[c] for c in ("dead here", "old there", "old, no host"))
-    assert sorted(p.name for p in cache.iterdir()) == sorted(names[c] for c in ("alive here", "fresh there",
-                                                                                "fresh, no host"))
-    assert len(files.remove_leftovers(cache)) == 3, "a locked folder's cleanup takes every temporary file"
-
-
-def test_atomic_write_names_its_temporary_file_with_this_host(tmp_path):
-    seen = []
-    files.atomic_write(tmp_path / "x.npz", lambda f: seen.extend(p.name for p in tmp_path.iterdir()))
-    (name,) = seen
-    match = files.TMP_NAME.fullmatch(name)
-    assert match and match["target"] == "x.npz" and int(match["pid"]) == os.getpid() and match["host"] == files.HOST
 
 
 # ----------------------------------------------------------------------------- items 5 and 6: the decode key
@@ -169,3 +119,81 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     first = cache_key()
     assert (tmp_path / "home" / ".cache" / "explr" / "decode-cache.key").read_bytes() == first
     assert not (tmp_path / "relative").exists()
+
+
+# ----------------------------------------------------------------------------- the .npz format
+def test_missing_or_bad_data_says_what_was_expected(tmp_path, small):
+    with pytest.raises(DataError, match=r"data_batch_1.*missing.*--data auto"):
+        read_cifar_batches(tmp_path)
+    with pytest.raises(DataError, match="no such file or folder"):
+        load_cifar10(str(tmp_path / "nope"))
+    with pytest.raises(DataError, match="no such file"):
+        load_npz(tmp_path / "nope.npz")
+    arrays = {k: getattr(small, k) for k in ("x_train", "y_train", "x_test", "y_test")}
+    cases = {
+        "lacks \\['y_test'\\]": {k: v for k, v in arrays.items() if k != "y_test"},
+        "x_train must be uint8": {**arrays, "x_train": arrays["x_train"].astype(np.float32)},
+        "x_test must be uint8 of shape \\(N, 32, 32, 3\\)": {**arrays, "x_test": arrays["x_test"][:, :16]},
+        "labels in 0..9": {**arrays, "y_train": arrays["y_train"] + 5},
+        "y_test must be integer labels": {**arrays, "y_test": arrays["y_test"][:-1]},
+        "the array y_train \\(object\\) would need pickle to load, which is refused":
+            {**arrays, "y_train": np.array([object()] * 60)},
+    }
+    for message, content in cases.items():
+        path = tmp_path / "bad.npz"
+        np.savez(path, **content)
+        with pytest.raises(DataError, match=message):
+            load_npz(path)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match="not a readable .npz"):
+        load_npz(tmp_path / "junk.npz")
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 23)
+def npz_with_headers(path, small, headers: dict):
+    """A .npz whose arrays are ``small``'s, except those in ``headers``: name → raw .npy bytes (a header, no data)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for key in ("x_train", "y_train", "x_test", "y_test"):
+            if key in headers:
+                zf.writestr(f"{key}.npy", headers[key])
+            else:
+                buf = io.BytesIO()
+                np.save(buf, getattr(small, key))
+                zf.writestr(f"{key}.npy", buf.getvalue())
+    return path
+
+
+def test_constant_channels_are_refused_exactly(small):
+    """Item 5: every pixel 7 passed (std 4e-8 from E[x²]−E[x]² rounding); so did one constant channel."""
+    seven = CifarArrays(np.full_like(small.x_train, 7), small.y_train, small.x_test, small.y_test, "s", "test")
+    with pytest.raises(DataError, match="constant .*channel 0 is 7 everywhere, channel 1 is 7 everywhere"):
+        seven.channel_stats  # noqa: B018
+    x = small.x_train.copy()
+    x[..., 2] = 200
+    with pytest.raises(DataError, match=r"constant \(channel 2 is 200 everywhere\)"):
+        CifarArrays(x, small.y_train, small.x_test, small.y_test, "s", "test").channel_stats  # noqa: B018
+    x[0, 0, 0, 2] = 201  # one pixel differs: a real (tiny) spread
+    assert CifarArrays(x, small.y_train, small.x_test, small.y_test, "s", "test").channel_stats[1][2] > 0
+
+
+def test_declared_sizes_are_checked_against_memory_before_allocating(tmp_path, small, monkeypatch):
+    """Item 13: a header declaring (10⁹, 32, 32, 3) gave "Unable to allocate 2.79 TiB"."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_2_0(header, {"descr": "|u1", "fortran_order": False,
+                                                  "shape": (10**9, 32, 32, 3)})
+    path = npz_with_headers(tmp_path / "huge.npz", small, {"x_train": header.getvalue()})
+    monkeypatch.setattr(hardware, "available_memory", lambda: 8 << 30)
+    with pytest.raises(DataError, match=r"huge\.npz: the array x_train declares shape \(1000000000, 32, 32, 3\) "
+                                        r"uint8, 2\.79 TiB: more than the 8 GiB of memory available"):
+        load_npz(path)
+    monkeypatch.setattr(hardware, "available_memory", lambda: 200_000)  # x_train fits, x_test no more
+    with pytest.raises(DataError, match=r"the array x_test declares shape \(20, 32, 32, 3\) uint8, 60 KiB; 240 KiB "
+                                        r"with the arrays before it: more than the 195 KiB of memory available"):
+        load_npz(write_npz(tmp_path / "small.npz", small))
+
+
+def test_a_corrupt_npy_header_is_named_as_such(tmp_path, small):
+    """Item 20: a corrupt .npy header read "holds arrays that need pickle to load"."""
+    path = npz_with_headers(tmp_path / "bad.npz", small, {"y_test": b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage"})
+    with pytest.raises(DataError, match=r"bad\.npz: the header of the array y_test is corrupt or unreadable"):
+        load_npz(path)

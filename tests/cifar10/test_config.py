@@ -1,4 +1,5 @@
-"""explr.cifar10.config: every setting declared once (parser, validation, resume keys) and the schedules it names."""
+"""explr.cifar10.config: every setting declared once (parser, validation, resume keys), the weight decays at which SGD
+cannot train, and a config's command line (config_to_argv)."""
 import argparse
 import dataclasses
 
@@ -8,12 +9,10 @@ import torch
 
 from explr.cifar10 import preflight
 from explr.cifar10.__main__ import build_parser, main
-from explr.cifar10.config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, lr_wd_limit
+from explr.cifar10.config import (RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, config_to_argv,
+                                  configs_from_args, lr_wd_limit)
 
 from cifar10_helpers import CLI_TINY
-from explr.cifar10.config import default_decay_epochs
-from explr.cifar10.played import played_schedule
-from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
@@ -38,28 +37,6 @@ def test_parser_validation_and_resume_keys_come_from_the_fields():
     add_config_arguments(p, names=("depth", "precision"), sweep=("precision",))
     args = p.parse_args(["--precision", "fp32", "bf16"])
     assert args.precision == ["fp32", "bf16"] and args.depth == 32
-
-
-def test_schedule_names_map_to_the_papers_schedules():
-    c = TrainConfig(epochs=8, decay_epochs=(4, 6), wd=5e-4, momentum=0.9)
-    S = 5
-    base = step_decay(0.1, 8, S, [4, 6])
-    expected = {
-        "step": (base, np.full(40, 5e-4), False),
-        "texp": (texp(base, 5e-4, 0.9).lr, texp(base, 5e-4, 0.9).wd, True),
-        "texp--": (texp_minus_minus(base, 5e-4, 0.9).lr, texp_minus_minus(base, 5e-4, 0.9).wd, True),
-        "cosine": (cosine(0.1, 8, S), np.full(40, 5e-4), False),
-        "cosine-texp": (texp(cosine(0.1, 8, S), 5e-4, 0.9).lr, texp(cosine(0.1, 8, S), 5e-4, 0.9).wd, True),
-    }
-    for name, (lr, wd, exponential) in expected.items():
-        c.schedule = name
-        got = played_schedule(c, S)
-        np.testing.assert_array_equal(got.lr, lr)
-        np.testing.assert_array_equal(got.wd, wd)
-        assert isinstance(got, EquivalentSchedule) == exponential
-        assert isinstance(got, EquivalentSchedule if exponential else PlainSchedule)
-    assert default_decay_epochs(200) == [100, 150] and default_decay_epochs(20) == [10, 15]
-    assert default_decay_epochs(1) == []
 
 
 # ----------------------------------------------------------------------------- what the maths says can train
@@ -122,3 +99,21 @@ def test_the_cli_refuses_such_a_weight_decay_before_the_data_and_creates_nothing
         err = capsys.readouterr().err
         assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and word in err and "--wd" in err, err
     assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- a config's command line
+@pytest.mark.parametrize("config", [
+    TrainConfig(),
+    TrainConfig(schedule="texp", seed=2**64 - 1, wd=5e-3, rescale_above=1.0, decay_epochs=(8, 10), epochs=12),
+    TrainConfig(schedule="cosine", decay_epochs=(), invariant=False, augment=False, channels_last=False, threads=3,
+                lr=0.05, corrections="none", data="x.npz", precision="fp64", compile="default"),
+])
+def test_config_to_argv_gives_the_config_back_through_the_command_line(config):
+    args = build_parser().parse_args(config_to_argv(config))
+    assert configs_from_args(args) == [config]
+    assert configs_from_args(build_parser().parse_args(config_to_argv(config, defaults=True))) == [config]
+
+
+def test_config_to_argv_names_only_what_differs_from_the_defaults():
+    assert config_to_argv(TrainConfig()) == []
+    assert config_to_argv(TrainConfig(wd=5e-3, augment=False)) == ["--wd", "0.005", "--no-augment"]

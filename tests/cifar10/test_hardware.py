@@ -1,4 +1,4 @@
-"""explr.cifar10.hardware: the CPUs really available and one GPU per worker."""
+"""explr.cifar10.hardware: the CPUs and the memory really available, and one GPU per worker."""
 
 import pytest
 import torch
@@ -41,3 +41,18 @@ def test_worker_i_gets_gpu_i_mod_g(monkeypatch):
     assert hardware.worker_gpus(4, visible="5,6,7") == ["5", "6", "7", "5"]  # the parent's own subset
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert hardware.worker_gpus(2) == [None, None]
+
+
+def test_available_memory_is_the_smaller_of_memavailable_and_the_cgroup_limit(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n")
+    (tmp_path / "memory.max").write_text("3000000000\n")
+    (tmp_path / "memory.current").write_text("1000000000\n")
+    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 2_000_000_000
+    (tmp_path / "memory.max").write_text("max\n")
+    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 4_096_000_000
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("1500000000")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("500000000")
+    assert hardware.available_memory(v1, tmp_path / "meminfo") == 1_000_000_000
+    assert hardware.available_memory(tmp_path / "none", tmp_path / "none") is None

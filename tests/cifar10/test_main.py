@@ -1,6 +1,7 @@
-"""The command line of explr.cifar10: every list-valued flag trains end to end, negative numbers are values, and
+"""explr.cifar10.__main__, the command line: every list-valued flag trains end to end, negative numbers are values,
 every value out of range (the device, float32's range for lr and rescale limits, seeds, epochs, memory) is one
-line naming the flag, exit code 2, with nothing created.
+line naming the flag, exit code 2, with nothing created; the report and its exit codes; and end to end, the same
+runs from every data format and from concurrent jobs.
 
 PreResNet8 on 192 generated images, batch 32 (6 steps per epoch; the end-to-end sweep uses 64 images, 2 steps),
 in-process calls of ``main(argv)``.
@@ -10,16 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-import explr.cifar10.played as played_mod
-from explr.cifar10 import hardware
+import explr.cifar10.sources
+from explr.cifar10 import image_folder
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESCALE_ABOVE_MAX
-from explr.cifar10.sources import make_synthetic
+from explr.cifar10.sources import make_synthetic, write_cifar_batches
 from explr.cifar10.arrays import write_npz
-from explr.cifar10.metrics import read_metrics
+from explr.cifar10.image_folder import write_image_folder
+from explr.cifar10.metrics import TIMING_KEYS, read_metrics
+from explr.cifar10.runfolder import load_runs
 
-from cifar10_helpers import CLI_TINY, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, refused, reproducible, tiny_arrays, tiny_npz
 from explr.cifar10.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,17 +35,6 @@ npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 def npz64(tmp_path_factory):
     """64 training images: 2 steps per epoch at batch 32."""
     return str(write_npz(tmp_path_factory.mktemp("data") / "64.npz", make_synthetic(n_train=64, n_test=32, seed=2)))
-
-
-def refused(argv, capsys, flag, words=""):
-    """``main(argv)`` exits 2 with one line on stderr naming ``flag`` (and ``words``)."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exc.value.code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert flag in err and words in err, err
-    return err
 
 
 # ----------------------------------------------------------------------------- list-valued flags, end to end
@@ -116,34 +109,6 @@ def test_the_largest_values_in_range_still_train(npz, tmp_path):
     assert len(read_metrics(tmp_path / "texp" / f"seed{2**64 - 1}")) == 1
 
 
-def test_the_schedule_must_fit_in_memory_and_is_checked_before_it_is_built(npz, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(hardware, "available_memory", lambda: 10 * 2**20)  # 10 MiB
-
-    def never(*args, **kwargs):
-        raise AssertionError("the schedule was built before its size was checked")
-
-    monkeypatch.setattr(played_mod, "step_decay", never)
-    # 10,000 epochs x 6 steps x 256 bytes = 15 MB
-    refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "10000"], capsys, "--epochs",
-            "0.0143 GiB of memory, more than the 0.00977 GiB available")
-    assert not any(tmp_path.iterdir())
-
-
-def test_available_memory_is_the_smaller_of_memavailable_and_the_cgroup_limit(tmp_path):
-    (tmp_path / "meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n")
-    (tmp_path / "memory.max").write_text("3000000000\n")
-    (tmp_path / "memory.current").write_text("1000000000\n")
-    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 2_000_000_000
-    (tmp_path / "memory.max").write_text("max\n")
-    assert hardware.available_memory(tmp_path, tmp_path / "meminfo") == 4_096_000_000
-    v1 = tmp_path / "v1"
-    (v1 / "memory").mkdir(parents=True)
-    (v1 / "memory" / "memory.limit_in_bytes").write_text("1500000000")
-    (v1 / "memory" / "memory.usage_in_bytes").write_text("500000000")
-    assert hardware.available_memory(v1, tmp_path / "meminfo") == 1_000_000_000
-    assert hardware.available_memory(tmp_path / "none", tmp_path / "none") is None
-
-
 # ----------------------------------------------------------------------------- launcher options and the report
 @pytest.mark.parametrize("extra, flag", [
     (["--launcher", "submitit", "--jobs", "2"], "--jobs"),
@@ -168,25 +133,6 @@ def test_the_report_names_runs_not_submitted_and_maps_a_full_disk_to_its_exit_co
     assert "job 17" in out and "not submitted: finished" in out and "job None" not in out
     full = RunResult(Path("a"), Status.DISK_FULL, message="the disk filled up")
     assert _report(configs[:1], [full]) == 6
-
-
-def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batch(npz, tmp_path, monkeypatch):
-    """--no-progress reaches the decoder, and the batch size is checked by the loader before anything is cached."""
-    import explr.cifar10.preflight as sweep_mod
-    from explr.cifar10 import TrainConfig
-
-    seen = {}
-    real = sweep_mod.load_cifar10
-
-    def recording(data, root, **kwargs):
-        seen.update(kwargs)
-        return real(data, root, **kwargs)
-
-    monkeypatch.setattr(sweep_mod, "load_cifar10", recording)
-    configs = [TrainConfig(schedule="step", seed=0, data=npz, epochs=1, batch_size=32, depth=8, threads=1),
-               TrainConfig(schedule="texp", seed=0, data=npz, epochs=1, batch_size=64, depth=8, threads=1)]
-    sweep_mod.prepare(configs, tmp_path, progress=False)
-    assert seen == {"progress": False, "batch_size": 64}
 
 
 @pytest.mark.parametrize(
@@ -237,3 +183,142 @@ def test_help_documents_every_option(capsys):
                  "--decay-epochs", "--depth", "--device", "--precision", "--compile", "--resume", "--jobs",
                  "--channels-last", "--rescale-above", "--invariant"):
         assert flag in text
+
+
+# ----------------------------------------------------------------------------- hostile input
+class TestHostileInput:
+    """Values that once escaped the checks (the hostile-input probe's defects 4-8, 11, 12): exit code 2 with one
+    line naming the flag and its valid range, and nothing created."""
+
+    @pytest.mark.parametrize("argv, flag, valid", [
+        (["--schedule", "step", "--wd", "1e39"], "--wd", "[0, 3.40282e+38]"),  # 4
+        (["--schedule", "cosine", "--wd", "1e39"], "--wd", "[0, 3.40282e+38]"),
+        (["--device", "cuda:99999999999999999999"], "--device", "cuda:N with N in [0, 127]"),  # 5
+        (["--device", "cuda:128"], "--device", "cuda:N with N in [0, 127]"),  # torch reads it as cuda:-128
+        (["--threads", "99999999999"], "--threads", "[1, 1024]"),  # 6
+        (["--threads", "1025"], "--threads", "[1, 1024]"),
+        (["--depth", "6000002"], "--depth", "n in [1, 200]"),  # 7
+        (["--depth", "1208"], "--depth", "n in [1, 200]"),
+        (["--bn-eps", "1e39"], "--bn-eps", "(0, 0.1]"),  # 11
+        (["--bn-eps", "0.5"], "--bn-eps", "(0, 0.1]"),
+        (["--time", "30"], "--time", "--launcher submitit"),  # 12
+        (["--cluster", "local"], "--cluster", "--launcher submitit"),
+        (["--cluster", "slurm"], "--cluster", "--launcher submitit"),
+    ])
+    def test_a_value_out_of_range_is_one_line_naming_the_flag_and_its_range(self, argv, flag, valid, npz, tmp_path, capsys):
+        out = tmp_path / "out"
+        refused(["--data", npz, "--out", str(out), *CLI_TINY, *argv], capsys, flag, valid)
+        assert not any(tmp_path.iterdir())
+
+    def test_an_empty_out_is_refused_like_an_empty_data(self, npz, tmp_path, capsys, monkeypatch):
+        """8: ``--out ''`` once trained into ./step/seed0."""
+        monkeypatch.chdir(tmp_path)
+        refused(["--data", npz, "--out", "", *CLI_TINY], capsys, "--out", "must be a folder")
+        refused(["--data", "", "--out", "x", *CLI_TINY], capsys, "--data", "must be a data source")
+        assert not any(tmp_path.iterdir())
+
+    def test_the_largest_values_in_range_are_accepted(self, npz, tmp_path):
+        """The new upper bounds do not refuse what they allow: depth 1202 (He et al.'s deepest CIFAR ResNet) parses,
+        and so does wd at float32's largest value; wd just below the stability limit 2(1 + momentum)/lr = 38, bn_eps 0.1
+        and 1024 threads validate."""
+        from explr.cifar10.__main__ import build_parser
+        from explr.cifar10.config import configs_from_args
+
+        assert build_parser().parse_args(["--wd", "3.4e38"]).wd == 3.4e38
+        args = build_parser().parse_args(["--depth", "1202", "--wd", "37.99", "--bn-eps", "0.1", "--threads", "1024",
+                                          "--device", "cuda:127"])
+        (config,) = configs_from_args(args)
+        assert config.validate().depth == 1202 and config.threads == 1024
+
+
+# ----------------------------------------------------------------------------- hostile run files
+class TestHostileRunFiles:
+    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
+    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
+
+    def test_an_interrupt_while_decoding_says_no_run_started(self, tmp_path, capsys, monkeypatch):
+        tree = write_image_folder(tmp_path / "tree", make_synthetic(n_train=40, n_test=20, seed=3))
+
+        def interrupted(*args):
+            raise KeyboardInterrupt()
+
+        monkeypatch.setattr(image_folder, "_decode_tree", interrupted)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the decode cache's key, not in ~/.cache
+        argv = ["--schedule", "step", "--data", str(tree), "--data-root", str(tmp_path / "root"), "--out",
+                str(tmp_path / "out"), *CLI_TINY]
+        assert main(argv) == 130
+        err = capsys.readouterr().err
+        assert "last checkpoints" not in err and "interrupted before any run started" in err, err
+        assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- a diverged run
+def test_the_command_line_exits_3_with_the_divergence_line(npz, tmp_path, capsys):
+    """A run that really diverges: lr = 1e30 without weight decay (inside float32's range, and lr*wd = 0 below the
+    stability limit, so the config accepts it) overflows the weights within the first epoch; the CLI names the epoch
+    and the remedy, and exits 3."""
+    assert main(["--schedule", "step", "--data", npz, "--out", str(tmp_path / "cli"), *CLI_TINY, "--lr", "1e30",
+                 "--wd", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "non-finite" in err and "epoch 1" in err and "Lower --lr" in err, err
+    manifest = json.loads((tmp_path / "cli" / "step" / "seed0" / "manifest.json").read_text())
+    assert manifest["status"] == "diverged" and manifest["epochs_done"] == 0
+
+
+# ----------------------------------------------------------------------------- end to end: the same runs from every data format and from concurrent jobs
+#: the rows of metrics.jsonl, as the README documents them (Trainer.epoch_metrics, then the run's timings).
+METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
+               "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr")
+
+
+@pytest.mark.slow
+def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays, npz, tmp_path, capsys):
+    table = write_cifar_batches(tmp_path / "cifar" / "cifar-10-batches-py", arrays)
+    assert main(["--schedule", "texp", "--data", npz, "--out", str(tmp_path / "a"), *CLI_TINY]) == 0
+    out = tmp_path / "a" / "texp" / "seed0"
+    rows = read_metrics(out)
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and set(rows[0]) == set(METRIC_KEYS + TIMING_KEYS)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]  # it learns
+    for r in rows:
+        assert np.isclose(r["effective_lr"], r["lr"] / r["weight_norm"] ** 2, rtol=1e-9)
+        assert np.isclose(r["lr_opt"], r["lr"] * r["rescale"], rtol=1e-12)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["epochs_done"] == 3
+    assert manifest["data"]["sha256"] == arrays.sha256 and manifest["data"]["kind"] == "npz"
+    assert manifest["config"]["schedule"] == "texp" and manifest["resolved"]["steps_per_epoch"] == 6
+    assert manifest["environment"]["torch"] == torch.__version__ and "commit" in manifest["environment"]["git"]
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 3 and reproducible(ckpt["metrics"]) == reproducible(rows)
+    assert "texp seed 0" in capsys.readouterr().out
+
+    # the same images as CIFAR's python batches (md5 table of the generated files): the same run
+    original = explr.cifar10.sources.CIFAR10_FILES_MD5
+    explr.cifar10.sources.CIFAR10_FILES_MD5 = table
+    try:
+        assert main(["--schedule", "texp", "--data", str(tmp_path / "cifar"), "--out", str(tmp_path / "b"),
+                     *CLI_TINY]) == 0
+    finally:
+        explr.cifar10.sources.CIFAR10_FILES_MD5 = original
+    other = tmp_path / "b" / "texp" / "seed0"
+    assert reproducible(read_metrics(other)) == reproducible(rows)
+    assert json.loads((other / "manifest.json").read_text())["data"]["kind"] == "cifar-python"
+
+
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
+def test_several_runs_from_one_command_and_concurrent_jobs_agree(npz, tmp_path):
+    args = ["--schedule", "step", "texp", "--seed", "0", "1", "--data", npz, *CLI_TINY, "--epochs", "2"]
+    assert main([*args, "--out", str(tmp_path / "seq")]) == 0
+    runs = load_runs(tmp_path / "seq")
+    assert sorted((r["schedule"], r["seed"]) for r in runs) == [("step", 0), ("step", 1), ("texp", 0), ("texp", 1)]
+    by = {(r["schedule"], r["seed"]): r["metrics"] for r in runs}
+    assert len(by["step", 0]["test_acc"]) == 2
+    # same seed = same initialisation and batches: step+WD and its exact equivalent start identically
+    assert abs(by["step", 0]["train_loss"][0] - by["texp", 0]["train_loss"][0]) < 1e-3
+    assert by["step", 0]["train_loss"][0] != by["step", 1]["train_loss"][0]
+    assert main(["--schedule", "texp", "--seed", "0", "1", "--data", npz, *CLI_TINY, "--epochs", "2",
+                 "--jobs", "2", "--out", str(tmp_path / "par")]) == 0
+    for seed in (0, 1):
+        assert reproducible(read_metrics(tmp_path / "par" / "texp" / f"seed{seed}")) == reproducible(
+            read_metrics(tmp_path / "seq" / "texp" / f"seed{seed}"))
+    # --resume over finished runs is a no-op that succeeds
+    assert main([*args, "--out", str(tmp_path / "seq"), "--resume"]) == 0

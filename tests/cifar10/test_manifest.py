@@ -10,7 +10,13 @@ from explr.cifar10.lock import RunError
 from explr.cifar10.manifest import (MANIFEST, MANIFEST_FIELDS, Manifest, checkpoint_of, new_manifest, read_manifest,
                                     record_end, record_epoch, write_manifest)
 from explr.cifar10.metrics import FINAL_KEYS
+from explr.cifar10.runfolder import load_runs
 from explr.cifar10.status import RECORDED, Status
+
+from cifar10_helpers import cli, deeply_nested, edit_manifest, one_line, replace_by, tiny_arrays, tiny_npz
+
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 
 
 @pytest.fixture
@@ -76,3 +82,39 @@ def test_the_checkpoint_must_be_the_one_the_manifest_recorded(manifest, tmp_path
     assert checkpoint_of(tmp_path, {**manifest, "checkpoint_sha256": "old", "checkpoint_sha256_writing": digest})
     with pytest.raises(RunError, match=f"is not the file {tmp_path / MANIFEST} recorded .its sha256 differs"):
         checkpoint_of(tmp_path, {**manifest, "checkpoint_sha256": "0" * 64})
+
+
+# ----------------------------------------------------------------------------- hostile run files
+@pytest.mark.usefixtures("one_thread")
+class TestHostileRunFiles:
+    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
+    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
+
+    @pytest.mark.parametrize("edit, match", [
+        (lambda run: (run / "manifest.json").write_text(deeply_nested()), "manifest.json is unreadable (nested"),
+        (lambda run: edit_manifest(run, checkpoint_sha256=[1]), "checkpoint_sha256 is a list, expected a string or null"),
+        (lambda run: edit_manifest(run, checkpoint_sha256_writing={}), "checkpoint_sha256_writing is an object, expected"),
+        (lambda run: edit_manifest(run, devices=5), "manifest.json: devices is an integer, expected a list of strings"),
+        (lambda run: edit_manifest(run, devices=["cpu", 5]), "devices holds an integer, expected a list of strings"),
+        (lambda run: edit_manifest(run, status=["running"]), "manifest.json: status is a list, expected a string"),
+        (lambda run: edit_manifest(run, status="bogus"), "manifest.json: status is 'bogus', not one of running, "),
+        (lambda run: edit_manifest(run, resolved=[]), "manifest.json: resolved is a list, expected an object"),
+        (lambda run: replace_by(run / "manifest.json", "/dev/zero"), "manifest.json is unreadable (not a regular file"),
+        (lambda run: replace_by(run / "manifest.json", "fifo"), "manifest.json is unreadable (not a regular file"),
+    ], ids=["nested", "sha list", "sha writing dict", "devices 5", "devices [cpu, 5]", "status list", "status bogus",
+            "resolved list",
+            "/dev/zero", "fifo"])
+    def test_a_hostile_manifest_is_one_line_naming_it(self, edit, match, unfinished, npz, capsys, no_hang):
+        out = unfinished.parents[1]
+        edit(unfinished)
+        err = one_line([*cli(out, npz, "--epochs", "2"), "--resume"], capsys, match)
+        assert str(unfinished / "manifest.json") in err and "delete" in err
+        with pytest.raises(RunError, match=r"manifest\.json") as raised:
+            load_runs(out)
+        assert "\n" not in str(raised.value)
+
+    def test_a_manifest_larger_than_any_the_engine_writes_is_refused_unread(self, unfinished, npz, capsys, monkeypatch):
+        with open(unfinished / "manifest.json", "ab") as f:
+            f.truncate(1 << 40)  # sparse: a terabyte that takes no space
+        one_line([*cli(unfinished.parents[1], npz, "--epochs", "2"), "--resume"], capsys, "manifest.json is unreadable "
+                 "(larger than")

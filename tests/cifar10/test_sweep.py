@@ -1,6 +1,8 @@
 """explr.cifar10.sweep: many runs in worker processes (the data through shared memory), checked before any starts."""
 import json
+import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from explr.cifar10.status import RunState, Status
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.sweep import attach_arrays, share_arrays
 
-from cifar10_helpers import CLI_TINY, TINY, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, TINY, _cli, _wait_for_epochs, alive, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 npz = pytest.fixture(tiny_npz, scope="module", name="npz")
@@ -51,8 +53,6 @@ def test_jobs_workers_train_on_the_data_the_parent_loaded(tmp_path):
     assert [r.status for r in results] == ["finished", "finished"]
     for r in load_runs(tmp_path / "out"):
         assert r["manifest"]["data"]["sha256"] == arrays.sha256 and r["manifest"]["config"]["data"] == "gone.npz"
-
-
 
 
 @pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
@@ -154,3 +154,30 @@ def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tm
     configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
     _, checks, _ = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
     assert [c.state for c in checks] == [RunState.FINISHED, RunState.NEW]
+
+
+# ----------------------------------------------------------------------------- a killed parent
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
+def test_jobs_workers_die_with_their_parent(npz, tmp_path):
+    proc = _cli(tmp_path, npz, "--seed", "0", "1", "--jobs", "2")
+    runs = [tmp_path / "texp" / f"seed{s}" for s in (0, 1)]
+    for run in runs:
+        _wait_for_epochs(run, 1, proc)
+    workers = [int((run / ".lock").read_text()) for run in runs]
+    assert proc.pid not in workers
+    proc.kill()  # SIGKILL: the parent cannot forward anything
+    proc.communicate()
+    t0 = time.time()
+    while time.time() - t0 < 30 and any(os.path.exists(f"/proc/{pid}") and alive(pid) for pid in workers):
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)
+    for run in runs:  # each worker recorded its interruption (SIGTERM from PR_SET_PDEATHSIG)
+        assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+
+
+# ----------------------------------------------------------------------------- a deadline
+def test_a_passed_deadline_starts_no_run(arrays, tmp_path):
+    configs = [TrainConfig(**TINY, schedule=s) for s in ("step", "texp")]
+    results = run_many(configs, tmp_path, arrays=arrays, jobs=2, progress=False, deadline=time.time() - 1)
+    assert [r.status for r in results] == ["not started", "not started"]
+    assert not list(tmp_path.rglob("checkpoint.pt"))
