@@ -1,10 +1,12 @@
 """The library's floors, as ``explr.__init__`` draws them (CONTRIBUTING.md, "Where the code goes"): the paper's
 maths at the bottom, the book's simulations (``explr.book``) and the CIFAR-10 engine (``explr.cifar10``) above it,
-neither importing the other; no source file so long that it must hold several concerns; and every name
-imported from the module that defines it (only a package's ``__init__`` hands names on)."""
+neither importing the other; no source file so long that it must hold several concerns; every name
+imported from the module that defines it (only a package's ``__init__`` hands names on); and the tests laid out
+like the sources (CONTRIBUTING.md, "Where the tests go"): each module's tests in its own test module."""
 import ast
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,92 @@ def test_the_status_rule_catches_bare_status_words_and_only_them():
     assert bare_status_words('if check.state == "finished":\n    pass\n') == ["1: 'finished'"]  # main f49cb6e's
     assert "src/explr/book/verdicts.py" in STATUS_WORDS_EXEMPT and bare_status_words(
         (SRC / "book" / "verdicts.py").read_text()) == ["67: 'finished'"]  # the exemption is still needed
+
+
+# ----------------------------------------------------------------------------- the tests laid out like src/
+TESTS = ROOT / "tests"
+#: the folders of tests/ that mirror no package of src/explr (every other folder does), and what each holds
+NOT_MODULES = {
+    "browser": "the browser check of the built book (one build, one worker: grouping.SHARED)",
+    "experiments": "the scripts of experiments/ that train the book's experiments",
+    "notebooks": "the chapters run by papermill, and nbval's round-off guard",
+    "project": "the product: README, wheel, API page, examples, locked environment, landing page, this layout",
+    "schemas": "data: the CITATION.cff schema that test_readme validates against",
+    "slurm": "the engine on a real SLURM cluster (one cluster, one worker: grouping.SHARED)",
+    "suite": "the suite's own machinery: the xdist grouping plugin, conftest's rule for a missing tool",
+}
+#: the Python files of the mirror folders that are no test module: conftest.py and the helper modules
+HELPERS = {"conftest.py", "cifar10_helpers.py", "digits_helpers.py", "book/flow_problems.py", "cifar10/conftest.py"}
+
+
+def mirrored_test_path(module: Path, src: Path) -> Path:
+    """Where the tests of the source file ``module`` live, relative to tests/: ``src/explr/X.py`` ->
+    ``test_X.py``, ``src/explr/P/X.py`` -> ``P/test_X.py``; a dunder module loses its underscores
+    (``cifar10/__main__.py`` -> ``cifar10/test_main.py``)."""
+    rel = module.relative_to(src)
+    return rel.with_name(f"test_{rel.stem.strip('_')}.py")
+
+
+def layout_problems(src: Path, tests: Path, not_modules, helpers) -> list[str]:
+    """How ``tests`` breaks the layout of ``src``: a module without its test module; a file in a mirror folder
+    (``tests/`` for ``src``, ``tests/P/`` for the package ``src/P``) that is neither the test module of a module
+    there, nor a declared helper; a folder that mirrors no package and is not one of ``not_modules``; two test
+    modules of one name (no ``__init__.py``: pytest imports each by its name)."""
+    problems = []
+    packages = sorted(p.parent for p in src.rglob("__init__.py"))
+    mirrors = {tests / p.relative_to(src) for p in packages}
+    expected = {tests / mirrored_test_path(m, src): m for m in sorted(src.rglob("*.py")) if m.name != "__init__.py"}
+    for test, module in sorted(expected.items()):
+        if not test.is_file():
+            problems.append(f"{module.relative_to(src)} has no test module {test.relative_to(tests)}")
+    for folder in sorted(mirrors):
+        for path in sorted(folder.glob("*.py")):
+            rel = path.relative_to(tests).as_posix()
+            if path in expected or rel in helpers:
+                continue
+            if path.name.startswith("test_"):
+                package = "/".join([src.name, *folder.relative_to(tests).parts])
+                problems.append(f"{rel} tests no module of {package}: its tests go to the test modules of the "
+                                "modules they test")
+            else:
+                problems.append(f"{rel} is neither a test module nor a declared helper")
+    for name in sorted(not_modules):
+        if tests / name in mirrors or not (tests / name).is_dir():
+            problems.append(f"{name}/ is declared as no package's folder, but is a package's or no folder")
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if any(part.startswith((".", "__")) for part in rel.parts) or folder in mirrors or rel.parts[0] in not_modules:
+            continue
+        problems.append(f"{rel.as_posix()}/ mirrors no package of {src.name} and is not declared")
+    names = Counter(p.name for p in tests.rglob("test_*.py"))
+    problems += [f"{n} test modules named {name}" for name, n in sorted(names.items()) if n > 1]
+    return problems
+
+
+def test_every_module_has_its_test_module_and_every_test_module_its_module():
+    assert layout_problems(SRC, TESTS, NOT_MODULES, HELPERS) == []
+
+
+def test_the_layout_rule_catches_a_missing_test_module_a_theme_file_and_an_undeclared_folder(tmp_path):
+    """A deliberately wrong tree: a module without its tests, a theme file, a stray helper, an undeclared folder,
+    a test module's name twice, and a declared folder that is not there."""
+    src, tests = tmp_path / "src" / "lib", tmp_path / "tests"
+    for name in ("__init__.py", "alpha.py", "pkg/__init__.py", "pkg/beta.py", "pkg/__main__.py",
+                 "../../tests/test_alpha.py", "../../tests/pkg/test_beta.py", "../../tests/pkg/test_main.py",
+                 "../../tests/conftest.py", "../../tests/project/test_readme.py"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text("")
+    assert layout_problems(src, tests, {"project": ""}, {"conftest.py"}) == []
+    (tests / "pkg" / "test_beta.py").unlink()
+    (tests / "test_hostile_inputs.py").write_text("")
+    (tests / "pkg" / "helpers.py").write_text("")
+    (tests / "misc").mkdir()
+    (tests / "project" / "test_alpha.py").write_text("")
+    assert layout_problems(src, tests, {"project": "", "gone": ""}, {"conftest.py"}) == [
+        "pkg/beta.py has no test module pkg/test_beta.py",
+        "test_hostile_inputs.py tests no module of lib: its tests go to the test modules of the modules they test",
+        "pkg/helpers.py is neither a test module nor a declared helper",
+        "gone/ is declared as no package's folder, but is a package's or no folder",
+        "misc/ mirrors no package of lib and is not declared",
+        "2 test modules named test_alpha.py",
+    ]
