@@ -140,7 +140,7 @@ def test_angular_identity_holds_exactly_for_gd_with_wd_on_an_invariant_loss():
         angular_identity_gap(angles, norms[1:], lr=lr, wd=wd)
 
 
-# ----------------------------------------------------------------------------- the norm-equilibrium model of an LR or WD cut
+# ----------------------------------------------------------------------------- the norm-equilibrium model of a cut
 def simulate(lr0, wd0, lr, wd, momentum, steps):
     """The model's own recursion, x ← (1 − 2ηλ/(1−γ)) x + K η²/x, started at the (η₀, λ₀) equilibrium."""
     shrink = lambda e, l: 2 * e * l / (1 - momentum)  # noqa: E731

@@ -242,7 +242,7 @@ def test_cosine():
         cosine(0.1, 4, 5, per="batch")
 
 
-# ----------------------------------------------------------------------------- the per-step input checks: the argument, the rule and the first step that breaks it
+# ----------------------------------------------------------------------------- the per-step input checks
 def test_scalars_are_returned_checked_and_refused_with_their_name():
     assert check_real("lr", np.float32(0.5)) == 0.5 and type(check_real("lr", 1)) is float
     assert check_momentum(0) == 0.0 and check_positive_int("steps", np.int64(3)) == 3
@@ -277,7 +277,7 @@ def test_plain_arrays_allow_any_finite_wd_and_refuse_what_is_not_a_number():
         real_array("lr", [0.1, True])
 
 
-# ----------------------------------------------------------------------------- function-space equivalence on a real network
+# ----------------------------------------------------------------------------- function-space equivalence
 STEPS = 400  # ten epochs of 40 steps: two decays and a cosine, every correction exercised
 
 
@@ -392,8 +392,8 @@ class TestFunctionSpaceEquivalence:
         """At the paper's λη = 5e-5 nothing amplifies rounding over 300 steps, so a float32 run of the
         equivalent exponential LR, rescaled on the way (c = 1/2 here), stays within float32 rounding of the
         float64 SGD + WD run: asserted below 100 ε₃₂ (ε₃₂ = 1.2e-7), also with the arithmetic perturbed
-        (tests/roundoff_guard.py).  Not longer: past about 350 steps float32 chaos starts, which is no claim to
-        assert.  The negative control undoes v → v/c at each rescaling (the mistake of rescaling θ and lr but
+        (tests/notebooks/roundoff_guard.py).  Not longer: past about 350 steps float32 chaos starts, which is no
+        claim to assert.  The negative control undoes v → v/c at each rescaling (the mistake of rescaling θ and lr but
         not the momentum buffer): it must fail a thousand times the tolerance."""
         steps, lr, wd = 300, 0.1, 5e-4
         s = exp_lr(lr, wd, 0.9, steps)

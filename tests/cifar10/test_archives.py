@@ -46,7 +46,7 @@ def test_an_archive_that_is_not_gzip_is_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
-# ----------------------------------------------------------------------------- headers that tarfile would hold whole (issue 41 item 1)
+# ----------------------------------------------------------------------------- headers that tarfile would hold whole
 def _tar_header(name, kind, size):
     info = tarfile.TarInfo(name)
     info.type, info.size = kind, size

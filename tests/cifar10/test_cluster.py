@@ -1,4 +1,4 @@
-"""explr.cifar10.cluster: runs as submitit jobs (the local executor here; tests/test_slurm.py on a real SLURM cluster) and the launcher's options."""
+"""explr.cifar10.cluster: runs as submitit jobs (the local executor here; tests/slurm/ on a real SLURM cluster) and the launcher's options."""
 import json
 import os
 import signal

@@ -56,7 +56,7 @@ def test_run_files_and_the_data_cache_get_the_ordinary_file_mode(arrays, tmp_pat
         assert f.stat().st_mode & 0o777 == 0o644, f
 
 
-# ----------------------------------------------------------------------------- a folder shared by hosts (issue 41 item 4)
+# ----------------------------------------------------------------------------- a folder shared by hosts
 DEAD_PID = 999_999_999  # no such process here
 
 

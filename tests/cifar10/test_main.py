@@ -205,7 +205,8 @@ class TestHostileInput:
         (["--cluster", "local"], "--cluster", "--launcher submitit"),
         (["--cluster", "slurm"], "--cluster", "--launcher submitit"),
     ])
-    def test_a_value_out_of_range_is_one_line_naming_the_flag_and_its_range(self, argv, flag, valid, npz, tmp_path, capsys):
+    def test_a_value_out_of_range_is_one_line_naming_the_flag_and_its_range(self, argv, flag, valid, npz, tmp_path,
+                                                                             capsys):
         out = tmp_path / "out"
         refused(["--data", npz, "--out", str(out), *CLI_TINY, *argv], capsys, flag, valid)
         assert not any(tmp_path.iterdir())
@@ -265,7 +266,7 @@ def test_the_command_line_exits_3_with_the_divergence_line(npz, tmp_path, capsys
     assert manifest["status"] == "diverged" and manifest["epochs_done"] == 0
 
 
-# ----------------------------------------------------------------------------- end to end: the same runs from every data format and from concurrent jobs
+# ----------------------------------------------------------------------------- end to end
 #: the rows of metrics.jsonl, as the README documents them (Trainer.epoch_metrics, then the run's timings).
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
                "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr")

@@ -23,7 +23,8 @@ class TestHostileRunFiles:
     """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
     flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
 
-    def test_a_bogus_status_of_a_finished_run_is_one_line_naming_it_before_the_other_runs_train(self, finished, npz, capsys):
+    def test_a_bogus_status_of_a_finished_run_is_one_line_naming_it_before_the_other_runs_train(self, finished, npz,
+                                                                                                 capsys):
         """Issue 41 item 16: it was noticed after the other runs trained, as an exit 2 naming no file."""
         out = finished.parents[1]
         edit_manifest(finished, status="bogus")

@@ -73,7 +73,7 @@ def test_output_folder_that_is_a_file_or_unwritable(npz, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["afile", "out", "texp"]
 
 
-# ----------------------------------------------------------------------------- damaged or hand-edited files, resume checks
+# ----------------------------------------------------------------------------- damaged files, resume checks
 def flip_a_tensor_byte(path):
     """Flip one bit in the middle of the largest tensor's data (torch.load still reads the file)."""
     with zipfile.ZipFile(path) as z:

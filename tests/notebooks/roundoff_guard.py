@@ -17,7 +17,7 @@ The chapter tests (papermill) get :func:`rerun_perturbed`: on an AVX-512 CPU ATe
 third arithmetic that is cheaper than MKL's compatible one; elsewhere :data:`PERTURBED`.
 
 A pytest plugin (``-p roundoff_guard``, from ``addopts``): its hooks apply to ``book/`` as well as ``tests/``.
-``tests/test_roundoff_guard.py`` shows that it fails a deliberately fragile output.
+``tests/notebooks/test_roundoff_guard.py`` shows that it fails a deliberately fragile output.
 """
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def with_tmp(parameters: dict, tmp_path) -> dict:
 
 
 def run_chapter(chapter, parameters, tmp_path):
-    """Execute ``chapter`` with ``parameters`` (its arithmetic perturbed, tests/roundoff_guard.py).  Its figures are
+    """Execute ``chapter`` with ``parameters`` (its arithmetic perturbed, roundoff_guard.py).  Its figures are
     drawn but not rendered (matplotlib's Agg backend): rendering them is a fifth of a smoke run's time, and the
     committed chapters' figures are rendered by nbval and looked at by the browser check."""
     import papermill as pm
