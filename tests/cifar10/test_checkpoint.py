@@ -74,42 +74,6 @@ def test_a_field_that_breaks_its_rule_is_one_line_naming_the_file(changes, match
     assert "\n" not in str(err.value) and f"delete the folder {run} to train this run again" in str(err.value)
 
 
-def test_an_epoch_without_its_rows_or_beyond_the_run_is_refused(saved, run):
-    with pytest.raises(RunError, match=r"records epoch 3 with 2 metrics rows, not an epoch in \[1, 2\]"):
-        check_epoch({**saved, "epoch": 3}, CONFIG, run / CHECKPOINT)
-    with pytest.raises(RunError, match="records epoch 1 with 2 metrics rows"):
-        check_epoch({**saved, "epoch": 1}, CONFIG, run / CHECKPOINT)
-
-
-def test_tensors_of_another_network_are_refused(saved, run):
-    with pytest.raises(RunError, match="does not fit this run's PreResNet14") as err:
-        check_states(saved, TrainConfig(**{**TINY, "depth": 14}).validate(), run / CHECKPOINT)
-    assert "\n" not in str(err.value)
-
-
-def test_a_scheduler_at_another_step_is_refused(saved, run, arrays):
-    steps = len(arrays.y_train) // CONFIG.batch_size
-    moved = copy.deepcopy(saved)
-    moved["scheduler"]["last_epoch"] -= 1
-    with pytest.raises(RunError, match=f"holds a scheduler at step last_epoch = {2 * steps - 1}, not at the "
-                                       f"{2 * steps} steps of its 2 epochs"):
-        check_progress(moved, CONFIG, steps, "fp32", run / CHECKPOINT)
-
-
-@pytest.mark.parametrize("content, match", [
-    (b"not a checkpoint", "is not a readable checkpoint"),
-    (None, r"is not a checkpoint of this engine \(expected the keys model, optimizer"),
-])
-def test_a_file_that_is_no_checkpoint_of_this_engine_is_one_line(content, match, tmp_path):
-    if content is None:
-        torch.save({"model": {}}, tmp_path / CHECKPOINT)
-    else:
-        (tmp_path / CHECKPOINT).write_bytes(content)
-    with pytest.raises(RunError, match=match) as err:
-        load_checkpoint(tmp_path)
-    assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
-
-
 # ----------------------------------------------------------------------------- hostile input
 def _set(*keys, value):
     def edit(saved):
@@ -154,3 +118,40 @@ class TestHostileInput:
         refused(["--data", npz, "--out", str(out), *CLI_TINY, "--epochs", "2", "--schedule", "texp", "--resume"], capsys,
                 str(run / "checkpoint.pt"), words)
         assert files_of(run) == before
+
+
+# ----------------------------------------------------------------------------- the epoch, the tensors, the step, the file
+def test_an_epoch_without_its_rows_or_beyond_the_run_is_refused(saved, run):
+    with pytest.raises(RunError, match=r"records epoch 3 with 2 metrics rows, not an epoch in \[1, 2\]"):
+        check_epoch({**saved, "epoch": 3}, CONFIG, run / CHECKPOINT)
+    with pytest.raises(RunError, match="records epoch 1 with 2 metrics rows"):
+        check_epoch({**saved, "epoch": 1}, CONFIG, run / CHECKPOINT)
+
+
+def test_tensors_of_another_network_are_refused(saved, run):
+    with pytest.raises(RunError, match="does not fit this run's PreResNet14") as err:
+        check_states(saved, TrainConfig(**{**TINY, "depth": 14}).validate(), run / CHECKPOINT)
+    assert "\n" not in str(err.value)
+
+
+def test_a_scheduler_at_another_step_is_refused(saved, run, arrays):
+    steps = len(arrays.y_train) // CONFIG.batch_size
+    moved = copy.deepcopy(saved)
+    moved["scheduler"]["last_epoch"] -= 1
+    with pytest.raises(RunError, match=f"holds a scheduler at step last_epoch = {2 * steps - 1}, not at the "
+                                       f"{2 * steps} steps of its 2 epochs"):
+        check_progress(moved, CONFIG, steps, "fp32", run / CHECKPOINT)
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"not a checkpoint", "is not a readable checkpoint"),
+    (None, r"is not a checkpoint of this engine \(expected the keys model, optimizer"),
+])
+def test_a_file_that_is_no_checkpoint_of_this_engine_is_one_line(content, match, tmp_path):
+    if content is None:
+        torch.save({"model": {}}, tmp_path / CHECKPOINT)
+    else:
+        (tmp_path / CHECKPOINT).write_bytes(content)
+    with pytest.raises(RunError, match=match) as err:
+        load_checkpoint(tmp_path)
+    assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
