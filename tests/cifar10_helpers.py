@@ -173,18 +173,3 @@ def _wait_for_epochs(run, n, proc, timeout=120):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError("no epoch finished in time")
-
-
-def count_schedules(monkeypatch, *modules):
-    """The calls of played_schedule made through ``modules`` (the list fills as they are made)."""
-    from explr.cifar10.played import played_schedule
-
-    built = []
-
-    def counted(*args):
-        built.append(args)
-        return played_schedule(*args)
-
-    for module in modules:
-        monkeypatch.setattr(module, "played_schedule", counted)
-    return built

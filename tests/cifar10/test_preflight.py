@@ -7,9 +7,8 @@ import torch
 
 from explr.cifar10.arrays import CifarArrays, write_npz
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.runs import train_run
 
-from cifar10_helpers import (CLI_TINY, TINY, cli, count_schedules, edit_manifest, fails_in_one_line, one_line,
+from cifar10_helpers import (CLI_TINY, TINY, cli, edit_manifest, fails_in_one_line, one_line,
                              tiny_arrays, tiny_npz)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,19 +57,6 @@ def test_truncated_npz_and_constant_images_are_refused_before_start(arrays, tmp_
         fails_in_one_line(["--data", str(tmp_path / "flat.npz"), "--out", str(tmp_path / "o"), *CLI_TINY], capsys,
                           "constant")  # the words are data.py's
     assert not (tmp_path / "o").exists()
-
-
-# ----------------------------------------------------------------------------- the schedule built once for a resume
-def test_the_preflight_checks_a_resume_with_the_schedule_it_built(arrays, tmp_path, monkeypatch):
-    import explr.cifar10.checkpoint as checkpoint
-    import explr.cifar10.preflight as preflight
-    from explr.cifar10.runfolder import run_dir
-    from explr.cifar10.status import RunState
-
-    train_run(CONFIG, run_dir(tmp_path, CONFIG.schedule, CONFIG.seed), arrays, progress=False, stop_after=1)
-    built = count_schedules(monkeypatch, preflight, checkpoint)
-    _, checks, _ = preflight.prepare([CONFIG], tmp_path, arrays=arrays, resume=True, progress=False)
-    assert checks[0].state is RunState.RESUME and len(built) == 1
 
 
 # ----------------------------------------------------------------------------- the data, read once

@@ -26,7 +26,7 @@ from explr.cifar10.runs import train_run
 from explr.cifar10.status import Status
 from explr.models import PreResNet
 
-from cifar10_helpers import CLI_TINY, TINY, _cli, _wait_for_epochs, count_schedules, reproducible, tiny_arrays, tiny_npz
+from cifar10_helpers import CLI_TINY, TINY, _cli, _wait_for_epochs, reproducible, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -214,17 +214,3 @@ def test_interrupted_and_resumed_run_reproduces_the_uninterrupted_one_exactly(ar
     assert again.message == "already finished" and again.epochs_done == 4
     with pytest.raises(ValueError, match="other settings: lr=0.1 \\(now 0.2\\)"):
         train_run(TrainConfig(**{**cfg, "lr": 0.2}), tmp_path / "part", arrays, progress=False, resume=True)
-
-
-# ----------------------------------------------------------------------------- the schedule built once for a resume
-def test_a_resume_under_the_lock_checks_the_trainers_schedule_instead_of_building_another(arrays, tmp_path,
-                                                                                          monkeypatch):
-    """train_run builds the played schedule for its first check (a resume's scheduler state) and for its trainer;
-    the check under the lock reuses the trainer's."""
-    import explr.cifar10.engine as engine
-    import explr.cifar10.checkpoint as checkpoint
-
-    train_run(CONFIG, tmp_path, arrays, progress=False, stop_after=1)
-    built = count_schedules(monkeypatch, engine, checkpoint)
-    result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
-    assert result.epochs_done == 2 and len(built) == 2
