@@ -6,15 +6,13 @@ import pytest
 import torch
 
 from explr.cifar10.arrays import CifarArrays, write_npz
-from explr.cifar10.config import TrainConfig
 
-from cifar10_helpers import (CLI_TINY, TINY, cli, edit_manifest, fails_in_one_line, one_line,
+from cifar10_helpers import (CLI_TINY, cli, edit_manifest, fails_in_one_line, one_line,
                              tiny_arrays, tiny_npz)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
 npz = pytest.fixture(tiny_npz, scope="module", name="npz")
-CONFIG = TrainConfig(**{**TINY, "epochs": 2}).validate()
 
 
 # ----------------------------------------------------------------------------- hostile run files
