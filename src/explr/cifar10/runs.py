@@ -122,8 +122,8 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
-    return train_prepared(prepare_run(config, out, arrays, resume=resume), arrays, progress=progress,
-                          position=position, stop_after=stop_after, model=model)
+    run = prepare_run(config, out, arrays, resume=resume)
+    return train_prepared(run, arrays, progress=progress, position=position, stop_after=stop_after, model=model)
 
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
@@ -184,7 +184,8 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
         if trainer.initial_loss is None and history:  # checkpoints written before the explosion check
             trainer.initial_loss = history[0]["train_loss"]
-    manifest = new_manifest(previous, config_record(config), trainer.describe(), trainer.device,
+    record = config_record(config)
+    manifest = new_manifest(previous, record, trainer.describe(), trainer.device,
                             device_name(trainer.device), arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
@@ -200,7 +201,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
             evaluation = trainer.evaluate()
             row = _epoch_row(trainer, epoch, sums, evaluation, (t0, t1, time.perf_counter()))
             elapsed += time.perf_counter() - t0
-            state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], config_record(config),
+            state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record,
                                      resolved, arrays.sha256, elapsed)
             digest = _save_checkpoint(out, manifest, state)
             history.append(row)
