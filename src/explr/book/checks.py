@@ -17,9 +17,9 @@ a power of ten at least ten times below the tolerance.  The bound is a true stat
 shows the claim's margin, and a perturbation of the arithmetic would have to grow the value to a tenth of
 the tolerance before the text changed.  A value at or above ``B``, and any value checked against a looser
 tolerance (a slope, a ratio, a fraction of windows that is exactly 0), is a quantity of its own and is
-shown with three significant digits.  ``tests/roundoff_guard.py`` reruns every chapter with the arithmetic
-perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread count),
-and nbval fails on an output that moves.
+shown with three significant digits.  ``tests/notebooks/roundoff_guard.py`` reruns every chapter with the
+arithmetic perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread
+count), and nbval fails on an output that moves.
 
 **What a chapter's parameters may ask for** (:func:`count`, :func:`most`, :func:`seed_rule`).  Every size
 a chapter's parameters set is bounded by what the machine can hold: a count of units that each hold
