@@ -53,6 +53,17 @@ def test_check_state_dict_refuses_exactly_what_load_state_dict_refuses(changes, 
     assert checked == loaded and (checked is None) == (not changes)
 
 
+@pytest.mark.parametrize("key, value", [("log2_rescale", -3), ("log2_rescale", 2), ("log2_rescale", 1.0),
+                                        ("last_epoch", 5.0), ("last_epoch", True), ("last_epoch", -2),
+                                        ("last_epoch", 10**6), ("rescale_count", -1), ("rescale_count", 10**6)])
+def test_load_state_dict_refuses_odd_or_non_integer_progress(key, value, state):
+    assert state["log2_rescale"] < 0 and state["rescale_count"] >= 1
+    fresh = PerStepLR.from_schedule(_sgd(), SCHEDULE, rescale_above=0.105)
+    with pytest.raises(ValueError, match=f"PerStepLR.load_state_dict: {key}"):
+        fresh.load_state_dict({**state, key: value})
+    assert fresh.last_epoch == 0 and fresh.log2_rescale == 0  # left as it was
+
+
 def test_a_state_of_another_schedule_or_setting_is_refused_without_a_scheduler(state):
     other = texp(step_decay(0.1, 6, 50, [3, 4]), 5e-4, 0.9)
     with pytest.raises(ValueError, match="the saved state has fingerprint = .* it belongs to a different schedule"):
