@@ -34,7 +34,7 @@ from .status import RunState
 
 __all__ = ["PreparedRun", "prepare_run"]
 
-#: (name, inode, size, modification time in ns) of each run file there is: a rewrite (atomic: a new inode) shows
+#: the run files as checked: (name, inode, size, mtime in ns) of each that exists (an atomic rewrite: a new inode)
 FolderFiles = tuple
 
 
