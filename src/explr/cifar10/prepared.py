@@ -14,7 +14,6 @@ with those that were checked and checks again only where they differ.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 import os
 from pathlib import Path
@@ -62,10 +61,6 @@ class PreparedRun:
     def note(self) -> str:
         """A line worth showing (a stale lock), or ``""``."""
         return self.check.note
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.data.n_train // self.config.batch_size
 
     def check_data(self, arrays: CifarArrays) -> None:
         """:class:`RunError` unless ``arrays`` are the data this run was prepared with (a worker that loaded its own)."""
@@ -138,8 +133,7 @@ def _check_playable(config: TrainConfig, schedule: Schedule, resolved: dict, whe
     limit = rescale_limit(config)
     if limit is None:
         return
-    m_lr, e_lr = (part[0] for part in schedule.parts()[:2])  # lr[0] exactly as PerStepLR plays it
-    try:
-        check_rescale_above(limit, math.ldexp(float(m_lr), int(e_lr)), param_dtype(resolved["precision"]))
+    try:  # lr[0] is exactly what PerStepLR plays (np.ldexp of its mantissa and exponent)
+        check_rescale_above(limit, float(schedule.lr[0]), param_dtype(resolved["precision"]))
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None

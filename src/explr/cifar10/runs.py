@@ -7,8 +7,9 @@ One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<
 
 Safety.  :func:`train_run` prepares the run (:func:`~explr.cifar10.prepared.prepare_run`: the folder checked once),
 and :func:`train_prepared` builds the trainer before it creates anything, then takes the lock, removes temporary
-files a killed writer left, checks the folder again only if its files changed meanwhile, and trains.  Every epoch the checkpoint's sha256 is recorded in the manifest (first as
-the one being written, then as the one written), so a resume notices a damaged checkpoint.  SIGINT or
+files a killed writer left, checks the folder again only if its files changed meanwhile, and trains.  Every epoch
+the checkpoint's sha256 is recorded in the manifest (first as the one being written, then as the one written), so
+a resume notices a damaged checkpoint.  SIGINT or
 SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
 its last finished epoch intact, and a full disk (:class:`~explr.cifar10.lock.DiskFull`) with status "disk full"
 (where the manifest can still be written) and that checkpoint intact; ``resume=True`` continues it exactly.
