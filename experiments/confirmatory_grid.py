@@ -50,7 +50,7 @@ Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run
 (the dry run's interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
 ``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.preflight.check_before_data` and
 :func:`explr.cifar10.lock.handle_signals`; a run folder's record: :func:`explr.cifar10.manifest.read_manifest`,
-:func:`explr.cifar10.lock.write_file` (atomic) and :func:`explr.cifar10.lock.lock_holder`.
+:func:`explr.cifar10.files.write_file` (atomic) and :func:`explr.cifar10.lock.lock_holder`.
 
 Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
 ``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
@@ -84,7 +84,8 @@ from explr.book.stats import complete_seeds, count_by_arm, open_runs
 from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
                            run_plan, train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
-from explr.cifar10.lock import DiskFull, exit_code, handle_signals, lock_holder, signal_name, write_file
+from explr.cifar10.files import DiskFull, write_file
+from explr.cifar10.lock import exit_code, handle_signals, lock_holder, signal_name
 from explr.cifar10.manifest import MANIFEST, read_manifest
 from explr.cifar10.preflight import check_before_data
 from explr.params import Int, Text

@@ -14,7 +14,8 @@ from explr.cifar10 import cluster
 from explr.cifar10.__main__ import main
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.engine import TrainingDiverged
-from explr.cifar10.lock import DiskFull, lock_holder
+from explr.cifar10.files import DiskFull
+from explr.cifar10.lock import lock_holder
 from explr.cifar10.metrics import read_metrics
 from explr.cifar10.cluster import check_launcher
 from explr.cifar10.status import Status

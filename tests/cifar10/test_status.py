@@ -3,7 +3,8 @@ import signal
 
 import pytest
 
-from explr.cifar10.lock import DiskFull, Terminated, exit_code
+from explr.cifar10.files import DiskFull
+from explr.cifar10.lock import Terminated, exit_code
 from explr.cifar10.status import RECORDED, RunState, Status
 
 

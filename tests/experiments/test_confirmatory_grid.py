@@ -17,7 +17,7 @@ from explr.book.registration import PLAN_V3_PATH, load_plan
 from explr.book.stats import open_runs, split_runs
 from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
 from explr.cifar10 import files
-from explr.cifar10.lock import DiskFull
+from explr.cifar10.files import DiskFull
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 

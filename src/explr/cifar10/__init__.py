@@ -9,15 +9,15 @@ Modules, each one concern, from the settings up to the command line:
   ``.wd`` per step), built and checked once;
 * :mod:`~explr.cifar10.plans` -- the named experiment plans (main, ablation, paper-scale);
 * :mod:`~explr.cifar10.hardware` -- device, precision, the CPUs and memory really available, one GPU per worker;
-* :mod:`~explr.cifar10.files` -- atomic writes, leftover temporary files, whether a writer lives;
+* :mod:`~explr.cifar10.files` -- atomic writes, leftover temporary files, whether a writer lives, the guarded reads
+  and writes of a run's files (a full disk: :class:`~explr.cifar10.files.DiskFull`);
 * :mod:`~explr.cifar10.arrays` -- :class:`CifarArrays`, :class:`DataError`, ``.npz`` and the decode cache;
   :mod:`~explr.cifar10.image_folder` -- image-folder trees and their archives
   (``explr.cifar10.archives``: tar archives streamed once, hashed as read, in bounded memory);
   :mod:`~explr.cifar10.sources` -- :func:`load_cifar10` (every source of ``--data``), :func:`make_synthetic`;
 * :mod:`~explr.cifar10.data` -- the device-resident augmenting sampler;
 * :mod:`~explr.cifar10.status` -- :class:`Status`, how a run stands or ended, with its exit code;
-  :mod:`~explr.cifar10.lock` -- a run folder's lock, the signals that end a run, its errors, and the guarded reads
-  and atomic writes of its files;
+  :mod:`~explr.cifar10.lock` -- a run folder's lock, the signals that end a run, and its errors;
 * a run folder's files, each with its schema: :mod:`~explr.cifar10.checkpoint` (written, read and checked before a
   resume), :mod:`~explr.cifar10.metrics` (the per-epoch rows, :func:`read_metrics`) and
   :mod:`~explr.cifar10.manifest` (the run's record, with the checkpoint's sha256);

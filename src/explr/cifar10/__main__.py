@@ -27,7 +27,8 @@ import sys
 from ..params import Int
 from .cluster import check_launcher, submit
 from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
-from .lock import DiskFull, exit_code, handle_signals
+from .files import DiskFull
+from .lock import exit_code, handle_signals
 from .manifest import MANIFEST
 from .runfolder import run_dir
 from .sweep import run_many

@@ -19,7 +19,8 @@ from ..lr_scheduler import PerStepLR
 from ..models import PreResNet
 from ..params import Float, Text, is_int
 from .config import RESOLVED_KEYS, TrainConfig
-from .lock import RunError, read_run_file
+from .files import read_run_file
+from .lock import RunError
 from .played import rescale_limit
 
 __all__ = ["CHECKPOINT", "CHECKPOINT_KEYS", "FORMAT", "Checkpoint", "check_checkpoint", "check_epoch",

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from .config import TrainConfig
-from .lock import DiskFull, RunLocked
+from .files import DiskFull
+from .lock import RunLocked
 from .preflight import prepare
 from .prepared import PreparedRun
 from .runfolder import run_dir

@@ -1,4 +1,6 @@
-"""Atomic file writes for run folders and the data cache: a reader never sees a torn file; whether a writer lives.
+"""Atomic file writes for run folders and the data cache: a reader never sees a torn file; whether a writer lives;
+how a run file is read (:func:`read_run_file`: a regular file of a bounded size) and written (:func:`write_file`:
+atomic, a full disk raised as :class:`DiskFull`).
 
 A file is written to ``.<name>.<pid>@<host>.<random>.tmp`` in the same folder, flushed, fsync'ed and renamed over
 the target (``os.replace`` is atomic on POSIX).  The temporary file gets the mode an ordinary
@@ -13,15 +15,18 @@ user's ``.notes.tmp`` beside them is never touched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["atomic_write", "remove_leftovers", "remove_stale_leftovers", "default_file_mode", "pid_alive"]
+__all__ = ["DiskFull", "atomic_write", "default_file_mode", "disk_full", "pid_alive", "read_run_file", "remove_leftovers",
+           "remove_stale_leftovers", "write_file"]
 
 TMP_SUFFIX = ".tmp"
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>@<host>.<8 random characters of
@@ -120,3 +125,47 @@ def remove_stale_leftovers(folder) -> list[str]:
                 p.unlink()
                 removed.append(p.name)
     return removed
+
+
+# ----------------------------------------------------------------------------- run files
+class DiskFull(Exception):
+    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
+
+    def __init__(self, path, message: str = ""):
+        self.path = Path(path)
+        super().__init__(message or f"disk full while writing {path}")
+
+
+def disk_full(err: BaseException | None) -> bool:
+    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def write_file(path, write) -> None:
+    """:func:`atomic_write`; a full disk is raised as :class:`DiskFull` naming ``path``."""
+    try:
+        atomic_write(path, write)
+    except (OSError, RuntimeError) as err:
+        if disk_full(err):
+            raise DiskFull(path) from err
+        raise
+
+
+def read_run_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of the run file ``path``; ``ValueError`` unless it is a regular file (checked on the open file,
+    which a FIFO does not block) of at most ``limit`` bytes."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                     stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
+            raise ValueError(f"not a regular file but {kinds.get(stat.S_IFMT(st.st_mode), 'a special file')}")
+        if limit is not None and st.st_size > limit:
+            raise ValueError(f"larger than the {limit >> 20} MiB this engine ever writes there")
+        return f.read()

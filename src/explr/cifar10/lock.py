@@ -2,8 +2,7 @@
 released by the kernel however its process dies; a pid left without the lock is a stale lock), SIGINT,
 SIGTERM, SIGHUP (a closed terminal) and SIGUSR2 (SLURM's preemption signal) (:func:`handle_signals`,
 :func:`exit_code`, also that of a full disk) and the errors of a run folder (:class:`RunError`, :class:`RunLocked`,
-:class:`Terminated`, :class:`DiskFull`), and how a run file is read (:func:`read_run_file`: a regular file of a
-bounded size) and written (:func:`write_file`: atomic, a full disk raised as :class:`DiskFull`).
+:class:`Terminated`).  How a run file is read and written: :mod:`explr.cifar10.files`.
 
 The lock is never followed through a link (``O_NOFOLLOW``): a ``.lock`` that is a symbolic link is refused, as
 opening it for writing would truncate the file it points to.
@@ -15,16 +14,14 @@ import errno
 import fcntl
 import os
 import signal
-import stat
 import time
 from pathlib import Path
 
-from . import files
-from .files import pid_alive
+from .files import DiskFull, disk_full, pid_alive
 from .status import Status
 
-__all__ = ["LOCK", "DiskFull", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals",
-           "lock_holder", "read_run_file", "signal_name", "write_file"]
+__all__ = ["LOCK", "RunError", "RunLocked", "Terminated", "RunLock", "exit_code", "handle_signals", "lock_holder",
+           "signal_name"]
 
 LOCK = ".lock"
 #: the signals that end a run as SIGTERM does (:class:`Terminated`): a closed terminal, SLURM's preemption signal.
@@ -45,49 +42,6 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGTERM):
         super().__init__(signum)
         self.signum = signum
-
-
-class DiskFull(Exception):
-    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
-
-    def __init__(self, path, message: str = ""):
-        self.path = Path(path)
-        super().__init__(message or f"disk full while writing {path}")
-
-
-def _disk_full(err: BaseException | None) -> bool:
-    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def write_file(path, write) -> None:
-    """:func:`explr.cifar10.files.atomic_write`; a full disk is raised as :class:`DiskFull` naming ``path``."""
-    try:
-        files.atomic_write(path, write)  # through the module: tests replace it
-    except (OSError, RuntimeError) as err:
-        if _disk_full(err):
-            raise DiskFull(path) from err
-        raise
-
-
-def read_run_file(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of the run file ``path``; ``ValueError`` unless it is a regular file (checked on the open file,
-    which a FIFO does not block) of at most ``limit`` bytes."""
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-                     stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
-            raise ValueError(f"not a regular file but {kinds.get(stat.S_IFMT(st.st_mode), 'a special file')}")
-        if limit is not None and st.st_size > limit:
-            raise ValueError(f"larger than the {limit >> 20} MiB this engine ever writes there")
-        return f.read()
 
 
 # ----------------------------------------------------------------------------- the lock
@@ -154,7 +108,7 @@ class RunLock:
             for p in created:  # the deepest first; one that is not empty (someone else's now) stays
                 with contextlib.suppress(OSError):
                     p.rmdir()
-            if isinstance(err, OSError) and _disk_full(err):
+            if isinstance(err, OSError) and disk_full(err):
                 raise DiskFull(self.path) from None
             raise
         self.fd = fd

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from .checkpoint import CHECKPOINT, FORMAT, Checkpoint, load_checkpoint
-from .lock import RunError, read_run_file, write_file
+from .files import read_run_file, write_file
+from .lock import RunError
 from .metrics import FINAL_KEYS
 from .status import RECORDED, Status
 
@@ -96,7 +97,7 @@ def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.dev
 
 
 def write_manifest(path, manifest: Manifest) -> None:
-    """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.lock.write_file`)."""
+    """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.files.write_file`)."""
     write_file(path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
 
 

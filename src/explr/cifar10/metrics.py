@@ -14,7 +14,8 @@ from typing import Optional, TypedDict
 
 from ..params import Float, is_int, is_real_type
 from .checkpoint import CHECKPOINT, refuse, shown
-from .lock import RunError, read_run_file, write_file
+from .files import read_run_file, write_file
+from .lock import RunError
 
 __all__ = ["FINAL_KEYS", "METRICS", "SHOWN", "TIMING_KEYS", "EpochMetrics", "MetricsRow", "Timings",
            "check_metrics_file", "check_rows", "read_metrics", "write_metrics"]

@@ -1,7 +1,8 @@
 """One run's folder on disk: where it lives (:func:`run_dir`), the runs under a folder (:func:`load_runs`), and every
 check made before the folder is used.  Each of its files has its module: :mod:`~explr.cifar10.manifest`,
 :mod:`~explr.cifar10.metrics`, :mod:`~explr.cifar10.checkpoint`; :mod:`explr.cifar10.lock` holds its lock, the
-signals, the errors and the guarded reads and atomic writes of its files; :mod:`explr.cifar10.runs` trains into it.
+signals and the errors, :mod:`explr.cifar10.files` the guarded reads and atomic writes of its files;
+:mod:`explr.cifar10.runs` trains into it.
 
 A run lives in ``<out>/<schedule>/seed<seed>/``::
 

@@ -11,7 +11,7 @@ files a killed writer left, checks the folder again only if its files changed me
 the checkpoint's sha256 is recorded in the manifest (first as the one being written, then as the one written), so
 a resume notices a damaged checkpoint.  SIGINT or
 SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
-its last finished epoch intact, and a full disk (:class:`~explr.cifar10.lock.DiskFull`) with status "disk full"
+its last finished epoch intact, and a full disk (:class:`~explr.cifar10.files.DiskFull`) with status "disk full"
 (where the manifest can still be written) and that checkpoint intact; ``resume=True`` continues it exactly.
 
 Outcome.  A run's result is one :class:`RunResult`, wherever it trained: :func:`train_run` returns it, a sweep
@@ -34,7 +34,8 @@ from .checkpoint import CHECKPOINT, Checkpoint, checkpoint_state, serialize_chec
 from .config import TrainConfig
 from .engine import Trainer, TrainingDiverged
 from .hardware import device_name
-from .lock import DiskFull, RunError, RunLock, RunLocked, signal_name, write_file
+from .files import DiskFull, write_file
+from .lock import RunError, RunLock, RunLocked, signal_name
 from .manifest import (
     MANIFEST,
     Manifest,
@@ -76,7 +77,7 @@ class RunResult:
     def of_error(cls, folder, err: BaseException) -> "RunResult":
         """The result of a run that ``err`` stopped: diverged (:class:`~explr.cifar10.engine.TrainingDiverged`),
         locked (a :class:`~explr.cifar10.lock.RunError`: another process took its folder after the sweep's checks)
-        or disk full (:class:`~explr.cifar10.lock.DiskFull`)."""
+        or disk full (:class:`~explr.cifar10.files.DiskFull`)."""
         if isinstance(err, TrainingDiverged):
             return cls(Path(folder), Status.DIVERGED, None, str(err))
         if isinstance(err, RunError):

@@ -26,7 +26,8 @@ import torch
 from .arrays import CifarArrays
 from .config import TrainConfig
 from .hardware import worker_gpus, workers
-from .lock import DiskFull, exit_code, handle_signals
+from .files import DiskFull
+from .lock import exit_code, handle_signals
 from .preflight import prepare
 from .prepared import PreparedRun
 from .runs import SWEEP_GOES_ON, RunResult, train_prepared
