@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
+import explr.cifar10.engine as engine
 import explr.cifar10.played as played
 from explr.cifar10 import cluster, run_many
 from explr.cifar10.config import TrainConfig
@@ -28,9 +29,15 @@ CONFIG = TrainConfig(**{**TINY, "schedule": "texp", "epochs": 2, "rescale_above"
 
 @pytest.fixture()
 def built(monkeypatch):
-    """Counts of what a run builds: its schedules (each played_schedule builds one base schedule) and PerStepLRs."""
+    """Counts of what a run builds: its schedules (each played_schedule builds one base schedule) and PerStepLRs;
+    and of the device resolutions its trainer makes itself (the run resolved it already)."""
     counts = {"schedule": 0, "PerStepLR": 0}
     base, init = played.step_decay, PerStepLR.__init__
+    resolve = engine.resolve_device
+
+    def resolve_device(*args, **kwargs):
+        counts["trainer resolves"] = counts.get("trainer resolves", 0) + 1
+        return resolve(*args, **kwargs)
 
     def step_decay(*args, **kwargs):
         counts["schedule"] += 1
@@ -41,6 +48,7 @@ def built(monkeypatch):
         init(self, *args, **kwargs)
 
     monkeypatch.setattr(played, "step_decay", step_decay)
+    monkeypatch.setattr(engine, "resolve_device", resolve_device)
     monkeypatch.setattr(PerStepLR, "__init__", counted_init)
     return counts
 
@@ -50,8 +58,8 @@ def test_train_run_builds_the_schedule_and_the_scheduler_once_fresh_and_on_resum
     assert built == {"schedule": 1, "PerStepLR": 1}
     result = train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
     assert result.epochs_done == 2 and built == {"schedule": 2, "PerStepLR": 2}
-    Trainer(CONFIG, arrays)  # the control: a trainer given no schedule builds one, and the count sees it
-    assert built == {"schedule": 3, "PerStepLR": 3}
+    Trainer(CONFIG, arrays)  # the control: a trainer given no schedule or device builds and resolves them itself
+    assert built == {"schedule": 3, "PerStepLR": 3, "trainer resolves": 1}
 
 
 def test_a_sweep_and_a_submitit_job_build_each_runs_schedule_and_scheduler_once(arrays, npz, tmp_path, built):

@@ -149,7 +149,7 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
     trainer = None
     if run.state is not RunState.FINISHED:  # before anything is created
         torch.set_num_threads(run.resolved["threads"])
-        trainer = Trainer(c, arrays, schedule=run.schedule, model=model)
+        trainer = _trainer(run, arrays, model)
     with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         files.remove_leftovers(run.folder)
         run = run.confirmed()
@@ -158,8 +158,15 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
                   "checkpoint", file=sys.stderr)
         if run.state is RunState.FINISHED:
             return _finished(run.folder)
-        trainer = trainer or Trainer(c, arrays, schedule=run.schedule, model=model)
+        trainer = trainer or _trainer(run, arrays, model)
         return _train(run, arrays, trainer, progress, position, stop_after)
+
+
+def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
+    """The run's trainer, on the device, in the precision and with the schedule the run resolved and built."""
+    resolved = run.resolved
+    return Trainer(run.config, arrays, torch.device(resolved["device"]), precision=resolved["precision"],
+                   schedule=run.schedule, model=model)
 
 
 def _finished(out: Path) -> RunResult:
