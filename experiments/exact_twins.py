@@ -38,6 +38,7 @@ from explr.book.twins import PAIRS, PRECISIONS, RUNS, TwinSettings, run_unit, su
 from explr.cifar10.arrays import DataError, load_npz
 from explr.cifar10.config import CommandLineParser, TrainConfig, argument_type, default_decay_epochs
 from explr.cifar10.files import atomic_write
+from explr.cifar10.lock import exit_code, handle_signals, signal_name
 from explr.models import PreResNet
 from explr.params import MAX_SEED, Float, Int
 
@@ -193,11 +194,12 @@ def write(path: Path, metrics: dict) -> None:
 def main(argv=None) -> int:
     args, settings = parse(argv)
     try:
-        return run(args, settings)
-    except KeyboardInterrupt:
-        print(f"exact_twins.py: interrupted; {args.out} holds the units finished before, whole (rerun with --resume "
-              "to continue)", file=sys.stderr, flush=True)
-        return 130
+        with handle_signals():  # SIGINT, SIGTERM, SIGHUP, SIGUSR2; also in a background job, which ignores SIGINT
+            return run(args, settings)
+    except KeyboardInterrupt as err:
+        print(f"exact_twins.py: interrupted by {signal_name(err)}; {args.out} holds the units finished before, whole "
+              "(rerun with --resume to continue)", file=sys.stderr, flush=True)
+        return exit_code(err)
 
 
 def run(args, settings: TwinSettings) -> int:
