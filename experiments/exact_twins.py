@@ -13,7 +13,8 @@ skips the units it holds (refusing other settings or other data).  Nothing decod
 metrics only.  Results come from a clean checkout: the commit is recorded, and a tree with uncommitted changes
 is refused unless ``--allow-dirty`` is given.
 
-Every flag is checked before any data is read; a bad one exits 2 with one line on stderr.
+Every flag is checked before any data is read; a bad one exits 2 with one line on stderr.  SIGINT, SIGTERM, SIGHUP
+or SIGUSR2 ends it with one line and the exit code 128 + the signal, the units finished before kept whole.
 
 The default weight decay is 5e-3 (the paper-scale pair of chapter 6): ηλ = 5e-4 makes the exponential LR grow 1 %
 a step in phase 0 and the start correction 4.8e-3, ten times the standard 5e-4's, so a short run shows both.
