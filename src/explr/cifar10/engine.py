@@ -73,13 +73,13 @@ class Trainer:
     :class:`~explr.cifar10.data.CifarArrays` (:func:`explr.cifar10.runs.train_prepared` adds the files,
     resume and progress bar).  ``device``, ``precision`` and ``schedule``: as the caller resolved and built them
     (:class:`~explr.cifar10.prepared.PreparedRun`), else from ``config`` here; ``model``: the network to train
-    instead of ``config``'s
-    PreResNet (e.g. a PreResNet whose outputs break, to test divergence); it must be scale invariant for the
-    exponential schedules.
+    instead of ``config``'s PreResNet (e.g. a PreResNet whose outputs break, to test divergence); it must be scale
+    invariant for the exponential schedules.
     """
 
     def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
-                 precision: str | None = None, schedule: Schedule | None = None, model: torch.nn.Module | None = None):
+                 precision: str | None = None, schedule: Schedule | None = None,
+                 model: torch.nn.Module | None = None):
         self.config = c = config
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = precision if precision is not None else resolve_precision(c.precision, self.device)

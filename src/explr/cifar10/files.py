@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["DiskFull", "atomic_write", "default_file_mode", "disk_full", "pid_alive", "read_run_file", "remove_leftovers",
-           "remove_stale_leftovers", "write_file"]
+__all__ = ["DiskFull", "atomic_write", "default_file_mode", "disk_full", "pid_alive", "read_run_file",
+           "remove_leftovers", "remove_stale_leftovers", "write_file"]
 
 TMP_SUFFIX = ".tmp"
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>@<host>.<8 random characters of
