@@ -8,7 +8,6 @@ The paper's maths and its torch glue:
 * :mod:`explr.schedules` -- ordinary schedules and their exact weight-decay-free equivalents, and the checks of
   per-step inputs (and of step decay's milestones) that every module of this floor uses;
 * :mod:`explr.lr_scheduler` -- ``PerStepLR``, a drop-in ``torch.optim`` scheduler playing any schedule;
-* :mod:`explr.torch_support` -- what ``PerStepLR`` needs of torch's private scheduler machinery, tried at import;
 * :mod:`explr.sgd` -- SGD in the paper's convention and a trajectory recorder;
 * :mod:`explr.invariance` -- making and checking scale invariance; the norm-equilibrium model;
 * :mod:`explr.models` -- the networks (BN MLP, PreResNet);

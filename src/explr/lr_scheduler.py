@@ -59,7 +59,6 @@ from .params import is_real
 from .schedules import EquivalentSchedule, PlainSchedule
 from .scheduler_state import (GROUP_LR_RULE, PROGRESS_KEYS, STATE_KEYS, check_loadable, fingerprint, is_group_lr,
                               log2_at, played_arrays, trajectory)
-from .torch_support import check_torch, missing_torch_internals
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
@@ -76,8 +75,6 @@ INVARIANCE_TOLERANCE = 1e-3
 _COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in a ChainedScheduler or next to manual "
                 "lr changes; use SequentialLR to run schedulers one after another")
 _CHAINED_INIT = ChainedScheduler.__init__.__code__
-
-check_torch(missing_torch_internals())  # at import: a torch without them fails here, in one line
 
 
 def max_rescale_above(dtype) -> float:
