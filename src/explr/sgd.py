@@ -9,8 +9,7 @@ with θ_{−1} = θ_0 for a zero initial momentum.  With v_t = (θ_{t−1} − �
 
     v_{k+1} = γ v_k + ∇L(θ_k) + λ_k θ_k,      θ_{k+1} = θ_k − η_k v_{k+1}.
 
-:func:`paper_sgd_step` implements the first form literally (the tests check it against
-``torch.optim.SGD``); :func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
+:func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
 :class:`explr.lr_scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
 Lemma B.1 (the growth of ‖θ‖ under momentum SGD on a scale-invariant loss) and
 :func:`exp_lr_overflow_step` says when an exponential schedule leaves a floating-point format.
@@ -30,7 +29,6 @@ from .params import Int, checked
 from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
 
 __all__ = [
-    "paper_sgd_step",
     "Trajectory",
     "train_sgd",
     "output_deviation",
@@ -38,15 +36,6 @@ __all__ = [
     "norm_recursion",
     "exp_lr_overflow_step",
 ]
-
-
-def paper_sgd_step(theta, theta_prev, lr, lr_prev, grad, wd, momentum):
-    """One step of the paper's recursion; returns θ_t from θ_{t−1} = ``theta``, θ_{t−2} = ``theta_prev``.
-
-    ``grad`` = ∇L(θ_{t−1}), ``lr`` = η_{t−1}, ``lr_prev`` = η_{t−2}, ``wd`` = λ_{t−1}.
-    """
-    velocity = momentum * (theta - theta_prev) / lr_prev - (grad + wd * theta)
-    return theta + lr * velocity
 
 
 @dataclass(frozen=True)

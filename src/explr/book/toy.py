@@ -54,7 +54,6 @@ __all__ = [
     "MODELS",
     "ToyRun",
     "sample_batch",
-    "logistic_loss",
     "loss_grad",
     "population_grad",
     "simulate",
@@ -97,24 +96,8 @@ def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=to
     return x, torch.sign(x[..., 0])
 
 
-def _output(w, x, bn):
-    """f(x) for weights w (..., m) and inputs x (..., B, m): wᵀx, or wᵀx/‖w‖ with population BN."""
-    f = torch.einsum("...m,...bm->...b", w, x)
-    return f / w.norm(dim=-1, keepdim=True) if bn else f
-
-
-def logistic_loss(w, x, y, model: str, wd: float = 0.0):
-    """Mean logistic loss over the batch plus (λ/2)‖w‖² for the WD models, per seed: shape w.shape[:-1].
-
-    A plain autograd-friendly reference for :func:`loss_grad`; ``wd`` is ignored for ``"bn"``.
-    """
-    bn, uses_wd = MODELS[_check_models([model])[0]]
-    loss = torch.nn.functional.softplus(-y * _output(w, x, bn)).mean(-1)
-    return loss + 0.5 * wd * (w * w).sum(-1) if uses_wd else loss
-
-
 def loss_grad(w, x, y, bn, wd):
-    """Analytic ∇_w of :func:`logistic_loss`, for stacked models: w (K, S, m), x (S, B, m), y (S, B).
+    """Analytic ∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²), for stacked models: w (K, S, m), x (S, B, m), y (S, B).
 
     ``bn`` and ``wd`` broadcast against (K, S, 1): a bool tensor (population BN or not) and the weight
     decay of each model.  Formula in the module docstring.  Cost: two einsums over (K, S, B, m).
