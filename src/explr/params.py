@@ -15,9 +15,6 @@ which stops at the first parameter out of range with ``ValueError: steps = 3: mu
 A rule may be given as a zero-argument callable: it is built only once the parameters before it have
 passed, so its bounds may use them.  A library function checks one argument the same way with
 :func:`checked` (``depth = int(checked("depth", depth, Int(8, modulo=(6, 2))))``).
-
-How a chapter asserts its claims and shows what it measured is the book's concern:
-:class:`explr.book.checks.Checks`.
 """
 from __future__ import annotations
 
