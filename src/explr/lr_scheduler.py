@@ -192,6 +192,7 @@ class PerStepLR(LRScheduler):
 
     @property
     def steps(self) -> int:
+        """The schedule's length: ``step()`` may follow this many optimizer steps."""
         return len(self._lr)
 
     def _parts_at(self, k: int) -> tuple[float, int, float, int]:
@@ -244,6 +245,7 @@ class PerStepLR(LRScheduler):
         return lrs
 
     def get_lr(self) -> list[float]:
+        """Every group's lr at the current step (torch's hook; ``get_last_lr()`` returns what was written)."""
         return self._lrs_at(min(self.last_epoch, self.steps - 1))
 
     _get_closed_form_lr = get_lr  # the schedule is given per step: its closed form is the chainable form

@@ -145,10 +145,8 @@ CORRECTIONS = ("all", "start", "none")
 class EquivalentSchedule:
     """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, in log space.
 
-    Stored, float64 (never overflow): ``log_lr`` = ln lr̃_k and ``lr_wd`` = lr̃_k · wd̃_k (the momentum corrections
-    1 − â_{k+1}/α_{k+1}, bounded; zero where none) of steps k = 0..steps−1, ``log_scale`` = ln P_k with
-    θ̃_k = P_k θ_k for k = 0..steps; ``momentum`` γ, ``name`` the construction.  Derived (``inf`` / 0 outside
-    float64's range): ``lr`` = lr̃_k, ``wd`` = wd̃_k, ``scale`` = P_k.
+    Stored in log space, so nothing overflows; ``lr``, ``wd`` and ``scale`` are derived from it (float64: ``inf``
+    or 0 outside its range).
 
     Example: the converters build it; at λ = 1e-2 over 78,200 steps its lr leaves float64's range, its log does not
     (:class:`~explr.lr_scheduler.PerStepLR` plays it from :meth:`parts`):
@@ -161,10 +159,16 @@ class EquivalentSchedule:
     1747.7 inf True
     """
 
+    #: (steps,) ln lr̃_k, the log learning rate of the equivalent run at step k.
     log_lr: np.ndarray
+    #: (steps,) lr̃_k · wd̃_k, the momentum corrections 1 − â_{k+1}/α_{k+1} (zero where none): bounded, while
+    #: wd̃_k alone can underflow.
     lr_wd: np.ndarray
+    #: (steps + 1,) ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
     log_scale: np.ndarray
+    #: the momentum γ that both runs use.
     momentum: float
+    #: which construction made it (``"texp[all]"``, ...).
     name: str
 
     def __len__(self) -> int:
@@ -184,18 +188,21 @@ class EquivalentSchedule:
 
     @cached_property
     def lr(self) -> np.ndarray:
+        """(steps,) lr̃_k, the learning rate of the equivalent run (``inf`` beyond float64)."""
         m_lr, e_lr, _, _ = self.parts()
         with np.errstate(over="ignore"):
             return np.ldexp(m_lr, e_lr)
 
     @cached_property
     def wd(self) -> np.ndarray:
+        """(steps,) wd̃_k, the weight decay it adds at step k (``wd[k] * θ`` to the gradient)."""
         _, _, m_wd, e_wd = self.parts()
         with np.errstate(under="ignore"):
             return np.ldexp(m_wd, e_wd)
 
     @cached_property
     def scale(self) -> np.ndarray:
+        """(steps + 1,) P_k, with θ̃_k = P_k θ_k (``inf`` beyond float64)."""
         with np.errstate(over="ignore"):
             return np.exp(self.log_scale)
 
@@ -218,9 +225,13 @@ class PlainSchedule:
     (300, 0.1, 0.0005, None)
     """
 
+    #: (steps,) the learning rate of every step.
     lr: np.ndarray
+    #: the weight decay: a number or a (steps,) array.
     wd: np.ndarray | float
+    #: what the schedule is (``"step"``, ...).
     name: str = "plain"
+    #: None: a plain schedule fits any optimizer.
     momentum = None
 
     def __len__(self) -> int:

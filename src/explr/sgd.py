@@ -40,30 +40,28 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Trajectory:
-    """What :func:`train_sgd` records.
+    """What :func:`train_sgd` records."""
 
-    * ``outputs``: (records, ...) -- ``model(probe)`` at the recorded steps (None without a probe).
-    * ``norms``: (records,) -- ‖θ_k‖ of the trainable parameters at the recorded steps.
-    * ``steps``: (records,) -- the recorded step indices k (0 = before training, ``steps`` = the end).
-    * ``losses``: (steps,) -- the training loss of every step's batch.
-    * ``lrs``: (steps,) -- the learning rate the optimizer actually used (after any rescaling).
-    * ``rescale``: float -- the final equivalent-rescaling factor R of the scheduler (1 without).
-    * ``log2_rescales``: (records,) -- log2 R at the recorded steps (``norms`` are in the optimizer's units,
-      ‖θ_k‖·√R; R = 4^−(halvings), so the schedule's own norm is ``norms`` · 2^(−log2_rescales/2)).
-    * ``rescale_count``: int -- how many rescalings the scheduler applied.
-    * ``sq_norms``: (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
-    * ``sq_updates``: (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
-    """
-
+    #: (records, ...) ``model(probe)`` at the recorded steps (None without a probe).
     outputs: np.ndarray | None
+    #: (records,) ‖θ_k‖ of the trainable parameters at the recorded steps.
     norms: np.ndarray
+    #: (records,) the recorded step indices k (0 = before training, ``steps`` = the end).
     steps: np.ndarray
+    #: (steps,) the training loss of every step's batch.
     losses: np.ndarray
+    #: (steps,) the learning rate the optimizer actually used (after any rescaling).
     lrs: np.ndarray
+    #: the final equivalent-rescaling factor R of the scheduler (1 without).
     rescale: float
+    #: (records,) log2 R at the recorded steps: ``norms`` are in the optimizer's units, ‖θ_k‖·√R, so the
+    #: schedule's own norm is ``norms`` · 2^(−log2_rescales/2).
     log2_rescales: np.ndarray
+    #: how many rescalings the scheduler applied.
     rescale_count: int
+    #: (steps + 1,) ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
     sq_norms: np.ndarray
+    #: (steps,) ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
     sq_updates: np.ndarray
 
 
