@@ -1,4 +1,4 @@
-"""The API reference's two helpers (book/api.md), registered by _config.yml (``sphinx.local_extensions``).
+"""The API reference's helpers (book/api.md), registered by _config.yml (``sphinx.local_extensions``).
 
 **The CLI's options.** A directive that writes a command line's options from its argparse parser, so the
 page cannot drift from ``--help`` (it is generated from the same parser when the book is built):
@@ -11,13 +11,18 @@ It writes the parser's description, then per argument group a rubric and one ``s
 option (``:option:`` links and the index find them) whose text is exactly ``--help``'s, defaults included
 (``--help``'s usage line is left out: its longest option does not fit the book's column).
 
+**A package's public names.** ``.. public-names:: explr.cifar10`` documents each name of the package's ``__all__``
+as the user imports it (``explr.cifar10.TrainConfig``), without members, whichever module defines it: the
+engine's modules are internal and may be renamed without touching the page.
+
 **Names in a docstring's scope.** A docstring names objects as its code does: the engine's ``runfolder``
 writes :class:`RunError` for the ``RunError`` it imports from ``lock``. Sphinx's Python domain looks a name
 up only among the objects documented in the docstring's own module and class; a reference it cannot
-resolve is looked up again as Python would, in that module's namespace, and resolved to the object's own
-module and name, where autodoc documented it; a constant (it has no ``__module__``) to the one documented
-object of its name, as Sphinx resolves ``.NAME``. A name Python does not find there, or an object the
-page does not document (or, for a constant, documents twice), stays unresolved and fails the ``-n`` build.
+resolve is looked up again as Python would, in the namespace of the module that defines the docstring's object,
+and resolved to the object's own module and name where autodoc documented it, or to the package name that
+documents it (:func:`public_alias`); a constant (it has no ``__module__``) to the one documented object of its
+name, as Sphinx resolves ``.NAME``. An engine internal that Python finds stays plain text; any other name Python
+does not find, or an object the page does not document, stays unresolved and fails the ``-n`` build.
 
 **LR curves.** Under each public scheduler and schedule builder (:func:`lr_curves` names them) the page shows its
 learning rate per step, as torch's documentation does: drawn when the book is built, as an SVG in the build folder
