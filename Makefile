@@ -93,12 +93,12 @@ execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: 
 	cd book && ../$(VENV)/bin/jupyter execute --inplace $$(ls $(N)_*.ipynb | head -n 1)
 
 # `make compat`: PerStepLR's and the schedules' tests, and the trained equivalences, at the oldest torch that
-# pyproject.toml declares (explr.torch_support.TORCH_TESTED[0]; a test keeps it equal to COMPAT_TORCH) in a side
+# pyproject.toml declares (tests/test_lr_scheduler.py keeps its floor equal to COMPAT_TORCH) in a side
 # venv with the rest of the stack at the lock's versions, then the same tests in .venv at the pin.  pip takes torch
 # from the configured index (a CPU build where PIP_FIND_LINKS or PIP_INDEX_URL points at one).
 COMPAT_TORCH ?= 2.13.0
 COMPAT_VENV  := _build/compat-venv
-COMPAT_TESTS := tests/test_lr_scheduler.py tests/test_schedules.py tests/test_params.py tests/test_torch_support.py \
+COMPAT_TESTS := tests/test_lr_scheduler.py tests/test_schedules.py tests/test_params.py \
                 tests/project/test_examples.py tests/test_invariance.py tests/test_sgd.py
 $(COMPAT_VENV)/.installed-$(COMPAT_TORCH): requirements.lock
 	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)

@@ -1,4 +1,4 @@
-"""The API reference's two helpers (book/api.md), registered by _config.yml (``sphinx.local_extensions``).
+"""The API reference's helpers (book/api.md), registered by _config.yml (``sphinx.local_extensions``).
 
 **The CLI's options.** A directive that writes a command line's options from its argparse parser, so the
 page cannot drift from ``--help`` (it is generated from the same parser when the book is built):
@@ -11,13 +11,18 @@ It writes the parser's description, then per argument group a rubric and one ``s
 option (``:option:`` links and the index find them) whose text is exactly ``--help``'s, defaults included
 (``--help``'s usage line is left out: its longest option does not fit the book's column).
 
+**A package's public names.** ``.. public-names:: explr.cifar10`` documents each name of the package's ``__all__``
+as the user imports it (``explr.cifar10.TrainConfig``), without members, whichever module defines it: the
+engine's modules are internal and may be renamed without touching the page.
+
 **Names in a docstring's scope.** A docstring names objects as its code does: the engine's ``runfolder``
 writes :class:`RunError` for the ``RunError`` it imports from ``lock``. Sphinx's Python domain looks a name
 up only among the objects documented in the docstring's own module and class; a reference it cannot
-resolve is looked up again as Python would, in that module's namespace, and resolved to the object's own
-module and name, where autodoc documented it; a constant (it has no ``__module__``) to the one documented
-object of its name, as Sphinx resolves ``.NAME``. A name Python does not find there, or an object the
-page does not document (or, for a constant, documents twice), stays unresolved and fails the ``-n`` build.
+resolve is looked up again as Python would, in the namespace of the module that defines the docstring's object,
+and resolved to the object's own module and name where autodoc documented it, or to the package name that
+documents it (:func:`public_alias`); a constant (it has no ``__module__``) to the one documented object of its
+name, as Sphinx resolves ``.NAME``. An engine internal that Python finds stays plain text; any other name Python
+does not find, or an object the page does not document, stays unresolved and fails the ``-n`` build.
 
 **LR curves.** Under each public scheduler and schedule builder (:func:`lr_curves` names them) the page shows its
 learning rate per step, as torch's documentation does: drawn when the book is built, as an SVG in the build folder
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
+import re
 import sys
 import warnings
 from functools import cache
@@ -40,6 +47,7 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
 WIDTH = 80  # --help as an 80-column terminal shows it (the help texts are joined into one line each)
+ENGINE = "explr.cifar10"  # the package whose public names alone the page documents
 
 
 def load_parser(spec: str) -> argparse.ArgumentParser:
@@ -107,6 +115,48 @@ class CliOptions(SphinxDirective):
         return out
 
 
+class PublicNames(SphinxDirective):
+    """``.. public-names:: package``: each name of the package's ``__all__`` documented as ``package.name`` (autodoc,
+    without members), a constant with the ``#:`` comment of the module that defines it.  The page so documents
+    what a user imports, whichever module holds it."""
+    required_arguments = 1
+    has_content = False
+
+    def run(self):
+        package = importlib.import_module(self.arguments[0])
+        rst = StringList()
+        for name in package.__all__:
+            obj, full = getattr(package, name), f"{package.__name__}.{name}"  # documented by the user's name
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                kind = "exception" if inspect.isclass(obj) and issubclass(obj, BaseException) else \
+                    "class" if inspect.isclass(obj) else "function"
+                rst.append(f".. auto{kind}:: {full}", "<public-names>")
+                rst.append("", "<public-names>")
+                continue
+            module, comment = constant_comment(package.__name__, name, obj)
+            for line in (f".. py:data:: {name}", f"   :module: {package.__name__}", f"   :value: {obj!r}", ""):
+                rst.append(line, "<public-names>")
+            for line in comment:
+                rst.append(f"   {line}", f"{module}:{name}")
+            rst.append("", "<public-names>")
+        container = nodes.container()
+        nested_parse_with_titles(self.state, rst, container)
+        return container.children
+
+
+def constant_comment(package: str, name: str, obj) -> tuple[str, list[str]]:
+    """(module, the ``#:`` comment of ``name`` there): the module of ``package`` that defines the constant (the first
+    that holds ``obj`` under that name and comments it); (package, []) if none does."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    for module in sorted(m for m in sys.modules if m.startswith(f"{package}.")):
+        if getattr(sys.modules[module], name, None) is obj:
+            comment = ModuleAnalyzer.for_module(module).find_attr_docs().get(("", name))
+            if comment:
+                return module, [line for line in comment if line]
+    return package, []
+
+
 def _canonical(scope: str, cls: str | None, target: str) -> str | None:
     """Where Python finds ``target`` from the docstring's module ``scope`` (and class ``cls``): the defining
     module and qualified name of that object, or None."""
@@ -139,28 +189,78 @@ def _canonical(scope: str, cls: str | None, target: str) -> str | None:
     return None
 
 
+def public_alias(target: str) -> str | None:
+    """The name under which a package documents ``target`` through its ``__all__``: for
+    ``explr.cifar10.runs.RunResult.status``, ``explr.cifar10.RunResult.status`` if ``explr.cifar10`` hands on
+    ``RunResult``; None if no package above the defining module does."""
+    parts = target.split(".")
+    i = next((i for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in sys.modules), None)
+    if i is None:
+        return None
+    obj = getattr(sys.modules[".".join(parts[:i])], parts[i], None)
+    for j in range(i - 1, 0, -1):
+        package = sys.modules.get(".".join(parts[:j]))
+        if parts[i] in getattr(package, "__all__", ()) and getattr(package, parts[i], None) is obj:
+            return ".".join(parts[:j] + parts[i:])
+    return None
+
+
 def resolve_by_scope(app, env, node, contnode):
     """``missing-reference``: an unresolved ``py`` reference in an ``explr`` docstring, looked up as Python
-    would from that docstring's module and class, by the object's own module and name (a re-export such as
-    ``explr.cifar10.runs.RunError`` is ``explr.cifar10.lock.RunError``). An object of another project
-    (torch's ``get_last_lr``, inherited) gets its full name, which ``nitpick_ignore_regex`` then matches."""
+    would from the docstring's own module (:func:`docstring_module`) and class, by the object's own module and
+    name or by the package name that documents it (:func:`public_alias`: ``explr.cifar10.runs.RunResult`` is
+    ``explr.cifar10.RunResult``).  An engine internal stays plain text: the page documents the engine's
+    ``__all__`` only.  An object of another project (torch's ``get_last_lr``, inherited) gets its full name,
+    which ``nitpick_ignore_regex`` then matches."""
     if node.get("refdomain") != "py" or not (node.get("py:module") or "").startswith("explr"):
         return None
-    target = _canonical(node["py:module"], node.get("py:class"), node.get("reftarget", ""))
-    if target == node["reftarget"]:
-        return None
+    reftarget, cls = node.get("reftarget", ""), node.get("py:class")
+    scope = docstring_module(node) or node["py:module"]
+    if node.get("reftype") == "mod" and reftarget.startswith(f"{ENGINE}.") and reftarget in sys.modules:
+        return contnode
+    target = _canonical(scope, cls, reftarget)
     if target is not None and not target.startswith("explr"):
         node["reftarget"] = target
         return None
+    domain = env.get_domain("py")
     retry = node.deepcopy()
     if target is None:  # a constant (no __module__ to follow): the one documented object of that name
-        target = node["reftarget"]
         retry["refspecific"] = True
+        candidates = [reftarget]
     else:
-        retry["reftarget"] = target
         retry["py:class"] = None
-    return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], target, retry,
-                                             contnode)
+        candidates = [c for c in dict.fromkeys([target, public_alias(target)]) if c is not None]
+    for candidate in candidates:
+        retry["reftarget"] = candidate
+        found = domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], candidate, retry, contnode)
+        if found is not None:
+            return found
+    internal = target.startswith(f"{ENGINE}.") if target else scope.startswith(ENGINE) and _found(scope, cls, reftarget)
+    return contnode if internal else None
+
+
+def docstring_module(node) -> str | None:
+    """The module that defines the object whose docstring holds ``node`` (autodoc's source, ``...:docstring of
+    explr.cifar10.runs.train_run``): the scope its names are written in, whichever name the page documents it by."""
+    match = re.search(r"docstring of ([\w.]+)", node.source or "")
+    parts = match.group(1).split(".") if match else []
+    return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in sys.modules), None)
+
+
+def _found(scope: str, cls: str | None, target: str) -> bool:
+    """Whether Python finds ``target`` from module ``scope`` (and class ``cls``), or as an absolute dotted name."""
+    parts = target.split(".")
+    starts = [(sys.modules.get(scope), [*cls.split("."), *parts]) if cls else None, (sys.modules.get(scope), parts),
+              *((sys.modules[".".join(parts[:i])], parts[i:]) for i in range(1, len(parts))
+                if ".".join(parts[:i]) in sys.modules)]
+    for obj, path in filter(None, starts):
+        try:
+            for name in path:
+                obj = getattr(obj, name)
+            return True
+        except AttributeError:
+            continue
+    return False
 
 
 def public_where_defined(app, what, name, obj, skip, options):
@@ -292,6 +392,7 @@ def check_every_curve_shown(app, env):
 
 def setup(app):
     app.add_directive("cli-options", CliOptions)
+    app.add_directive("public-names", PublicNames)
     app.connect("missing-reference", resolve_by_scope)
     app.connect("autodoc-skip-member", public_where_defined)
     app.connect("autodoc-process-docstring", append_lr_curve)

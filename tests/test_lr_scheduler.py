@@ -1,12 +1,25 @@
 """explr.lr_scheduler.PerStepLR: drop-in use, exact resume, log-space playing, rescaling with param groups and
-running statistics, guards, composition, and torch's generic scheduler conventions (ported checks)."""
+running statistics, guards, composition, and torch's generic scheduler conventions (ported checks).
+
+PerStepLR relies on private parts of torch's scheduler machinery; these tests, run at the tested torch versions
+(the pin and ``make compat``'s floor, which pyproject.toml declares), are what checks them: the initial step and
+``step()`` through ``_update_lr`` with ``_is_initial`` (test_sets_lr_and_weight_decay_per_step,
+test_last_epoch_resumes_like_torchs_lambda_lr), ``_last_lr`` (test_get_last_lr_types_follow_the_param_groups),
+``SequentialLR``'s switch by ``_update_lr(0)`` (test_after_a_warm_up_in_sequential_lr) and the frame in which
+``ChainedScheduler.__init__`` reads ``.optimizer`` (test_chained_scheduler_is_refused_with_a_message)."""
 import copy
 import dataclasses
 import io
 import math
+import os
 import pickle
+import re
+import subprocess
+import sys
+import tomllib
 import tracemalloc
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -685,3 +698,36 @@ class TestHostileInput:
             opt.step()
             sched.step()
         assert sched.rescale_count > 0 and opt.param_groups[0]["lr"] <= 65504 / 4
+
+
+# ----------------------------------------------------------------------------- the torch it runs on
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR_MODULES = "explr, explr.invariance, explr.lr_scheduler, explr.models, explr.params, explr.sgd"
+
+
+def dynamo_loaded_after(code: str) -> bool:
+    """Whether ``torch._dynamo`` (about a second of imports) is loaded after ``code`` runs in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    probe = f"{code}\nimport sys\nprint('torch._dynamo' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()[-1] == "True"
+
+
+def test_importing_the_maths_floor_loads_no_dynamo():
+    """No optimizer is built at import: ``torch.optim.SGD(...)`` loads ``torch._dynamo``, as the import-time probe of
+    torch's internals that was here did (the second case shows the check sees it)."""
+    assert not dynamo_loaded_after(f"import {FLOOR_MODULES}")
+    assert dynamo_loaded_after(f"import {FLOOR_MODULES}\n"
+                               "import torch\ntorch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)")
+
+
+def test_the_declared_torch_range_is_the_compat_floor_to_the_pin():
+    """pyproject.toml declares exactly the tested torch versions: from ``make compat``'s floor to the pin of
+    requirements.txt, which the lock installs."""
+    pin = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    locked = re.search(r"^torch==(\S+)$", (ROOT / "requirements.lock").read_text(), re.M).group(1)
+    floor = re.search(r"^COMPAT_TORCH\s*\?=\s*(\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = [d for d in dependencies if re.match(r"torch\b", d)]
+    assert declared == [f"torch>={floor},<={pin}"] and locked == pin, (declared, floor, pin, locked)

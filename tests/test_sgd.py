@@ -9,9 +9,16 @@ import torch.nn.functional as F
 
 from explr.models import invariant_bn_mlp
 from explr.schedules import alpha, exp_lr
-from explr.sgd import exp_lr_overflow_step, norm_recursion, paper_sgd_step, train_sgd
+from explr.sgd import exp_lr_overflow_step, norm_recursion, train_sgd
 
 from digits_helpers import digit_batches
+
+
+def paper_sgd_step(theta, theta_prev, lr, lr_prev, grad, wd, momentum):
+    """Definition 1.2 literally: θ_t from θ_{t−1} = ``theta``, θ_{t−2} = ``theta_prev``, η_{t−1} = ``lr``,
+    η_{t−2} = ``lr_prev``, ∇L(θ_{t−1}) = ``grad`` and λ_{t−1} = ``wd``."""
+    velocity = momentum * (theta - theta_prev) / lr_prev - (grad + wd * theta)
+    return theta + lr * velocity
 
 
 def test_torch_sgd_is_the_papers_recursion():

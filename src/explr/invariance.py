@@ -44,6 +44,8 @@ __all__ = [
     "effective_lr_gap",
 ]
 
+#: the normalisation layers (BatchNorm*, InstanceNorm*, GroupNorm, LayerNorm) whose affine parameters
+#: :func:`make_scale_invariant` freezes.
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 
 
@@ -96,16 +98,17 @@ def make_scale_invariant(model: nn.Module, last_layer: nn.Module | None = None) 
 
 @dataclass(frozen=True)
 class InvarianceCheck:
-    """One row of :func:`check_scale_invariance`.
+    """One row of :func:`check_scale_invariance`."""
 
-    ``loss_change``: max over the scales c of ``|L(c·θ_group) − L(θ)| / |L(θ)|``.
-    ``grad_alignment``: ``|⟨∇_group L, θ_group⟩| / (‖∇_group L‖ ‖θ_group‖)``, 0 for an invariant group.
-    """
-
+    #: the parameter's name (``named_parameters``), or ``"all trainable"`` for all of them jointly.
     group: str
+    #: how many numbers it holds.
     numel: int
+    #: max over the scales c of ``|L(c·θ_group) − L(θ)| / |L(θ)|``.
     loss_change: float
+    #: ``|⟨∇_group L, θ_group⟩| / (‖∇_group L‖ ‖θ_group‖)``, 0 for an invariant group (Lemma 1.3).
     grad_alignment: float
+    #: whether ``loss_change`` is at most the check's ``rtol``.
     invariant: bool
 
 

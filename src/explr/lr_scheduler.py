@@ -1,47 +1,16 @@
 """A drop-in PyTorch scheduler that plays a per-step (lr, weight decay) schedule into an optimizer.
 
-It plays any schedule of :mod:`explr.schedules`: call ``sched.step()`` after every ``optimizer.step()``, as with
-torch's schedulers.  :class:`PerStepLR`'s example is a complete training loop (run as a doctest by the tests).
+:class:`PerStepLR` plays any schedule of :mod:`explr.schedules`: call ``sched.step()`` after every
+``optimizer.step()``.  With ``rescale_above`` it applies the equivalent rescaling of Li & Arora (Definition 2.3,
+momentum form of Lemma 2.6),
 
-**Equivalent rescaling** (Li & Arora, Definition 2.3, momentum form of Lemma 2.6): for a scale-invariant
-loss the SGD states (θ, v, lr, wd) and (cθ, v/c, c²·lr, wd/c²) have the same future in function space.
-Exponential schedules grow like exp(2ηλk/(1−γ)) and leave float32's (and soon float64's) range in long
-runs.  With ``rescale_above`` the scheduler applies this rescaling whenever the first group's learning
-rate would exceed it, with c = 2^−j chosen so that the lr falls back into (lr₀/4, lr₀].  Because c is a
-power of two, cθ and v/c are exact in every floating-point format; the accumulated factor
-R = lr_optimizer / lr_schedule = 4^−(number of halvings) is kept as the integer ``log2_rescale``, and the
-schedule itself is played from the mantissas and exponents of :meth:`EquivalentSchedule.parts`, so no
-quantity ever overflows: any valid schedule runs for any length in float32 or bf16.
+    (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²),   c = 2^−j,
 
-Normalisation layers' running statistics are functions of θ too: pass ``model=`` and every module with
-``running_mean``/``running_var`` buffers (BatchNorm*, SyncBatchNorm, InstanceNorm with running stats)
-is rescaled with θ (mean ×c, variance ×c²), so eval-mode outputs do not change.  ``on_rescale(c)`` is
-called after every rescaling for any other state that must follow θ.
-
-Frozen parameters (``requires_grad=False``, e.g. BN's affine parameters and the last layer that
-:func:`explr.invariance.make_scale_invariant` fixes) are never rescaled.
-
-**Param groups.**  Every group keeps its learning-rate ratio to the first group (its initial lr over the
-first group's).  A group holding parameters that are *not* scale invariant (a trainable last layer, BN's
-affine parameters, biases feeding no normalisation) is marked ``"scale_invariant": False``: it keeps its
-own ``weight_decay``, is never rescaled, and plays the schedule's lr in the schedule's own units (at its
-ratio), which is exactly what it would see without rescaling (the loss at cθ has the same gradient in
-those parameters).  Rescaling needs all other groups to be jointly scale invariant, see
-:func:`explr.invariance.make_scale_invariant`.
-
-**Composition.**  ``PerStepLR`` writes absolute values.  As a later scheduler of ``SequentialLR`` (after
-a warm-up, say) it is supported: until it starts, the optimizer keeps its own weight decay.  A
-``ChainedScheduler`` holding it is refused with ``RuntimeError`` when it is built, before any step: a
-multiplicative scheduler cannot be combined with absolute values.  ``PerStepLR`` is necessarily built
-before the chain, so the refusal comes from the one thing ``ChainedScheduler.__init__`` does with its
-schedulers, reading their ``optimizer`` (see :attr:`PerStepLR.optimizer`).  Anything else changing the lr
-between two of its steps is refused at the next step, also with ``RuntimeError``.  A scheduler
-placed *after* it in ``SequentialLR`` would inherit its rescaled units and is not supported.
-
-**Host only.**  The schedule lives on the host in numpy arrays (lr, and wd if it varies: float64, 8 bytes a
-step; a schedule in log space adds their int64 exponents) and every step is computed in Python floats: a
-tensor lr (e.g. on CUDA) is written with ``fill_`` and read back only if something else wrote it, so
-stepping does not synchronise with the device.
+whenever the lr would exceed it, so that an exponential schedule runs for any length in float32 or bf16 (``model=``:
+its BN running statistics follow).  A param group marked ``"scale_invariant": False`` keeps its own weight decay
+and is never rescaled.  After another scheduler in ``SequentialLR`` it is supported; a ``ChainedScheduler``
+holding it, or another lr change between two of its steps, is refused with ``RuntimeError``.  The schedule lives on
+the host: stepping does not synchronise with the device.  Details: docs/maths-notes.md, "PerStepLR".
 """
 from __future__ import annotations
 
@@ -59,7 +28,6 @@ from .params import is_real
 from .schedules import EquivalentSchedule, PlainSchedule
 from .scheduler_state import (GROUP_LR_RULE, PROGRESS_KEYS, STATE_KEYS, check_loadable, fingerprint, is_group_lr,
                               log2_at, played_arrays, trajectory)
-from .torch_support import check_torch, missing_torch_internals
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
@@ -76,8 +44,6 @@ INVARIANCE_TOLERANCE = 1e-3
 _COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in a ChainedScheduler or next to manual "
                 "lr changes; use SequentialLR to run schedulers one after another")
 _CHAINED_INIT = ChainedScheduler.__init__.__code__
-
-check_torch(missing_torch_internals())  # at import: a torch without them fails here, in one line
 
 
 def max_rescale_above(dtype) -> float:
@@ -126,62 +92,40 @@ def check_rescale_above(rescale_above, first_lr: float, dtype) -> None:
 class PerStepLR(LRScheduler):
     """Set ``lr`` and ``weight_decay`` of every param group from a per-step schedule.
 
-    :param optimizer: any ``torch.optim`` optimizer, every group's lr a finite number > 0 (a float or a one-element
-        tensor) and its ``weight_decay`` finite; one without ``weight_decay`` (LBFGS, SparseAdam, Rprop) only with a
-        zero ``wd``; ``torch.optim.SGD`` when ``rescale_above`` is given or ``lr`` is an ``EquivalentSchedule``.
-    :param lr: (steps,) array of learning rates (finite real numbers > 0; not bools or strings), or a schedule: an
-        :class:`~explr.schedules.EquivalentSchedule` (played from log space, ``wd`` omitted; its momentum must
-        be the optimizer's) or a :class:`~explr.schedules.PlainSchedule` (its lr and wd, played as given).
-    :param wd: real number or (steps,) array of weight decays (default 0; omitted with a schedule);
-        negative values are allowed (the momentum corrections of :func:`explr.schedules.texp`), which
-        ``torch.optim.SGD`` accepts once built.
-    :param rescale_above: optional float in (lr[0], :func:`max_rescale_above` of the parameters' dtype]; see the
-        module docstring.  Without it, a learning rate that
-        no longer fits the parameters' dtype raises ``OverflowError`` naming the step.
-    :param model: optional ``nn.Module`` whose running statistics follow every rescaling.  At the first rescaling
-        the scheduler also compares the model's train-mode outputs on the last training input at θ and 2^8·θ
-        and warns if they differ by more than ``INVARIANCE_TOLERANCE`` (``check_invariance=False`` skips
-        this, e.g. for models with dropout).
-    :param on_rescale: optional callable ``on_rescale(c)``, called after every rescaling θ → cθ.
-    :param last_epoch: as torch's: −1 starts at step 0; N ≥ 0 needs ``'initial_lr'`` in every group and starts at
-        step N + 1, as if stepped N + 1 times but with R = 1 (``load_state_dict`` resumes exactly).
+    :param optimizer: any ``torch.optim`` optimizer, every group's lr a finite number > 0 (``torch.optim.SGD`` with
+        the schedule's momentum for ``rescale_above`` or an ``EquivalentSchedule``).
+    :param lr: (steps,) array of learning rates > 0, or an :class:`~explr.schedules.EquivalentSchedule` or a
+        :class:`~explr.schedules.PlainSchedule` (``wd`` omitted).
+    :param wd: a real number or (steps,) array of weight decays (default 0; negative values allowed).
+    :param rescale_above: optional float in (lr[0], :func:`max_rescale_above` of the parameters' dtype]: once the lr
+        would pass it, (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²) with c = 2^−j; without it, an lr beyond the dtype
+        raises ``OverflowError`` naming the step.
+    :param model: optional ``nn.Module`` whose running statistics follow every rescaling (``check_invariance``:
+        warn at the first one if its outputs at θ and 2^8·θ differ by more than ``INVARIANCE_TOLERANCE``).
+    :param on_rescale: optional callable ``on_rescale(c)``, called after every rescaling.
+    :param last_epoch: as torch's.  ``state_dict()`` holds ``STATE_KEYS``; ``load_state_dict`` resumes exactly and
+        refuses another schedule or other settings.  More: docs/maths-notes.md, "PerStepLR's parameters".
 
-    ``step()`` is called once after every ``optimizer.step()``; after ``steps`` calls the schedule is used
-    up and a further call raises ``IndexError``.  The param groups are fixed at construction: ``step()``
-    refuses an optimizer with another number of them.  ``state_dict()`` holds ``STATE_KEYS``: the position,
-    ``log2_rescale`` and the settings (the schedule's length, fingerprint and momentum, ``rescale_above``,
-    the groups' base lrs), not the schedule; ``load_state_dict`` refuses a state with other settings, and
-    writes the restored lr and weight decay into the optimizer.
-
-    Example: step decay with weight decay played as its exact equivalent without weight decay (:func:`texp`), in a
-    network made scale invariant; once the lr would pass 0.105 the scheduler rescales the weights by 1/2 and the
-    lr by 1/4 (R = 0.25), the same network in function space:
+    Example: an exponential schedule of 1,000 steps whose lr reaches 3,709, played below ``rescale_above``: eight
+    rescalings by c = 1/2 leave the weights at 2^−8 and the lr at 4^−8 of the schedule's (a complete training loop:
+    the API page's quick start):
 
     >>> import torch
-    >>> import torch.nn.functional as F
     >>> from explr import PerStepLR
-    >>> from explr.invariance import make_scale_invariant
-    >>> from explr.schedules import step_decay, texp
-    >>> model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.BatchNorm1d(32),
-    ...                             torch.nn.ReLU(), torch.nn.Linear(32, 3))
-    >>> frozen = make_scale_invariant(model)  # BN's affine, the biases, the last layer
-    >>> weights = [p for p in model.parameters() if p.requires_grad]
-    >>> opt = torch.optim.SGD(weights, lr=0.1, momentum=0.9)  # no weight_decay here
-    >>> lr = step_decay(0.1, epochs=4, steps_per_epoch=50, milestones=[2, 3])
-    >>> schedule = texp(lr, wd=5e-4, momentum=0.9)  # the schedule has the weight decay
-    >>> sched = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
-    >>> x, y = torch.randn(200, 16, 10), torch.randint(0, 3, (200, 16))  # 200 batches
-    >>> for k in range(200):
-    ...     opt.zero_grad()
-    ...     F.cross_entropy(model(x[k]), y[k]).backward()
+    >>> from explr.schedules import exp_lr
+    >>> weight = torch.nn.Parameter(torch.ones(3))
+    >>> opt = torch.optim.SGD([weight], lr=0.1, momentum=0.9)  # no weight_decay here
+    >>> schedule = exp_lr(0.1, 5e-3, 0.9, steps=1000)  # the schedule has it
+    >>> sched = PerStepLR.from_schedule(opt, schedule, rescale_above=0.2)
+    >>> for k in range(1000):  # loss.backward() before each opt.step() in a real loop
     ...     opt.step()
     ...     sched.step()
-    >>> sched.last_epoch, sched.rescale_count, sched.rescale
-    (200, 1, 0.25)
-    >>> print(f"{schedule.lr[-1]:.6f} {opt.param_groups[0]['lr']:.6f}")  # schedule, played
-    0.001112 0.000278
-    >>> resumed = PerStepLR.from_schedule(opt, schedule, rescale_above=0.105, model=model)
-    >>> resumed.load_state_dict(sched.state_dict())  # with the model's and optimizer's
+    >>> print(f"{schedule.lr[-1]:.1f} {opt.param_groups[0]['lr']:.4f}")  # schedule, played
+    3708.6 0.0566
+    >>> sched.rescale_count, sched.rescale == 4.0**-8
+    (8, True)
+    >>> weight.tolist()
+    [0.00390625, 0.00390625, 0.00390625]
     """
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
@@ -237,7 +181,7 @@ class PerStepLR(LRScheduler):
     def optimizer(self):
         """The optimizer (torch's attribute).  ``ChainedScheduler.__init__`` reads it from every scheduler it chains
         before it stores them, and nothing else of them: that read is refused (``RuntimeError``), so a chain holding
-        this scheduler is never built (module docstring, *Composition*)."""
+        this scheduler is never built (docs/maths-notes.md, PerStepLR, *Composition*)."""
         if sys._getframe(1).f_code is _CHAINED_INIT:
             raise RuntimeError(f"PerStepLR: {_COMPOSITION}")
         return self._optimizer
@@ -248,6 +192,7 @@ class PerStepLR(LRScheduler):
 
     @property
     def steps(self) -> int:
+        """The schedule's length: ``step()`` may follow this many optimizer steps."""
         return len(self._lr)
 
     def _parts_at(self, k: int) -> tuple[float, int, float, int]:
@@ -300,6 +245,7 @@ class PerStepLR(LRScheduler):
         return lrs
 
     def get_lr(self) -> list[float]:
+        """Every group's lr at the current step (torch's hook; ``get_last_lr()`` returns what was written)."""
         return self._lrs_at(min(self.last_epoch, self.steps - 1))
 
     _get_closed_form_lr = get_lr  # the schedule is given per step: its closed form is the chainable form

@@ -71,6 +71,7 @@ class PreActBlock(nn.Module):
         )
 
     def forward(self, x):
+        """relu(bn1(x)) → conv1 → relu(bn2) → conv2, plus the shortcut (x, or a 1×1 conv of relu(bn1(x)))."""
         out = torch.relu(self.bn1(x))
         short = x if self.shortcut is None else self.shortcut(out)
         out = self.conv1(out)
@@ -121,6 +122,7 @@ class PreResNet(nn.Module):
             make_scale_invariant(self, last_layer=self.fc)
 
     def forward(self, x):
+        """The logits of images x (N, 3, H, W): conv → blocks → relu(bn) → global average pool → fc."""
         x = self.blocks(self.conv(x))
         x = torch.relu(self.bn(x))
         return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))

@@ -1,7 +1,7 @@
 """One rule vocabulary for every parameter of the book: the chapters' parameters and the engine's settings.
 
-A *rule* says what values a parameter may take and how to say so in one line: ``rule.ok(value)`` and
-``rule.rule()``, e.g. ``Int(1)`` → "an integer >= 1".  The engine's :class:`~explr.cifar10.TrainConfig`
+A *rule* says what values a parameter may take and how to say so in one line: ``rule.ok(value)``,
+``rule.rule()``, e.g. ``Int(1)`` → "an integer >= 1", and ``rule.parse(text)`` for a command-line value.  The engine's :class:`~explr.cifar10.TrainConfig`
 declares each setting with one of these rules; a chapter checks its ``parameters`` cell with
 :func:`check_parameters`::
 
@@ -15,9 +15,6 @@ which stops at the first parameter out of range with ``ValueError: steps = 3: mu
 A rule may be given as a zero-argument callable: it is built only once the parameters before it have
 passed, so its bounds may use them.  A library function checks one argument the same way with
 :func:`checked` (``depth = int(checked("depth", depth, Int(8, modulo=(6, 2))))``).
-
-How a chapter asserts its claims and shows what it measured is the book's concern:
-:class:`explr.book.checks.Checks`.
 """
 from __future__ import annotations
 
@@ -68,8 +65,10 @@ def is_real(v) -> bool:
 class Choice:
     """One of ``choices``."""
 
+    #: the values allowed.
     choices: tuple
-    note: str = ""  # appended to the rule
+    #: appended to the rule's words.
+    note: str = ""
 
     def rule(self) -> str:
         return f"one of {', '.join(map(str, self.choices))}{self.note}"
@@ -85,9 +84,13 @@ class Choice:
 class Int:
     """An integer in [minimum, maximum], optionally ≡ r (mod m)."""
 
+    #: the smallest value allowed.
     minimum: int
-    modulo: tuple | None = None  # (m, r): v ≡ r (mod m)
-    note: str = ""  # appended to the rule
+    #: (m, r): only v ≡ r (mod m); None: any.
+    modulo: tuple | None = None
+    #: appended to the rule's words.
+    note: str = ""
+    #: the largest value allowed; None: no limit.
     maximum: int | None = None
 
     def rule(self) -> str:
@@ -119,11 +122,16 @@ MAX_SEED = 2**64 - 1
 class Float:
     """A finite real number in the interval (lo, hi), each end open or closed."""
 
+    #: the lower end.
     lo: float
+    #: the upper end (inf: float64's largest value, closed).
     hi: float = math.inf
+    #: whether ``lo`` itself is refused.
     lo_open: bool = True
+    #: whether ``hi`` itself is refused.
     hi_open: bool = True
-    note: str = ""  # appended to the rule
+    #: appended to the rule's words.
+    note: str = ""
 
     def rule(self) -> str:
         # no upper bound: float64's largest value is the largest accepted, and a huge int is refused by it
@@ -155,6 +163,7 @@ class Flag:
 class Text:
     """A non-empty string, described by ``what``."""
 
+    #: the rule's words.
     what: str
 
     def rule(self) -> str:
@@ -172,7 +181,9 @@ class Folder:
     """An existing folder, described by ``what``; or one of ``fetchable``, which the caller fetches when absent
     (the chapters' ``results/...`` folders, downloaded from the repository archive on Colab)."""
 
+    #: what the folder holds, the rule's first words.
     what: str
+    #: names accepted even when absent (the caller fetches them).
     fetchable: tuple = ()
 
     def rule(self) -> str:
@@ -189,13 +200,19 @@ class Folder:
 @dataclass(frozen=True)
 class Numbers:
     """A list of values that each pass ``item``: at least ``min_len`` of them, and optionally strictly
-    increasing or pairwise distinct.  ``none_ok``: ``None`` is allowed too (meaning "the default")."""
+    increasing or pairwise distinct, or ``None`` (the default) if ``none_ok``."""
 
+    #: the rule each value passes.
     item: object
+    #: the fewest values allowed.
     min_len: int = 1
+    #: whether the values must be strictly increasing.
     increasing: bool = False
+    #: whether they must be pairwise distinct.
     distinct: bool = False
+    #: whether ``None`` (the default) is allowed too.
     none_ok: bool = False
+    #: appended to the rule's words.
     note: str = ""
 
     def rule(self) -> str:

@@ -20,8 +20,9 @@ __all__ = ["GROUP_LR_RULE", "PROGRESS_KEYS", "STATE_KEYS", "check_loadable", "fi
 
 #: What PerStepLR accepts as a param group's lr (and ``state_dict()['base_lrs']`` holds, one per group).
 GROUP_LR_RULE = "a finite number > 0"
-#: ``state_dict()``'s keys: the progress, which ``load_state_dict`` restores, then the settings, which it checks.
+#: the keys of ``state_dict()`` that hold the progress, which ``load_state_dict`` restores.
 PROGRESS_KEYS = ("last_epoch", "_step_count", "_last_lr", "_own_weight_decay", "log2_rescale", "rescale_count")
+#: ``state_dict()``'s keys: the progress (:data:`PROGRESS_KEYS`), then the settings, which ``load_state_dict`` checks.
 STATE_KEYS = PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_above", "base_lrs")
 
 

@@ -2,42 +2,16 @@
 
 Convention (PyTorch SGD, no dampening, no Nesterov), step k = 0, 1, 2, ...::
 
-    v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k        (v_0 = 0)
-    θ_{k+1} = θ_k − lr_k v_{k+1}
+    v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k  (v_0 = 0),      θ_{k+1} = θ_k − lr_k v_{k+1}
 
-For a scale-invariant loss, L(cθ) = L(θ), Li & Arora (ICLR 2020) show that a run with weight
-decay is, in function space, the same as a run *without* weight decay whose learning rate grows
-exponentially.  Every converter here returns an :class:`EquivalentSchedule`: feed ``.lr`` and
-``.wd`` to SGD (same momentum) and its iterates are θ̃_k = ``scale[k]`` · θ_k, the same network.
-
-All converters share one exact construction (re-derived in the book, chapter 2): pick a ratio
-α_{k+1} = P_k / P_{k+1} for every step, set::
-
-    lr̃_k = P_k P_{k+1} lr_k,      P_0 = 1,
-
-and the two runs stay equivalent iff the tilde run adds, at step k, the extra weight decay::
-
-    c_k = (α_{k+1} − â_{k+1}) / (lr̃_k α_{k+1}),   i.e.  lr̃_k c_k = 1 − â_{k+1} / α_{k+1},
-    â_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k)
-                                              (the last term is absent at k = 0).
-
-TEXP++ (Thm 2.13) chooses α_{k+1} = â_{k+1}, so no correction is ever needed.  The exponential
-schedule (Thm 2.1/2.5) and TEXP (Thm 2.12) keep α constant inside a phase of constant (lr, wd) --
-the larger root of x² − (1 + γ − lr·wd) x + γ = 0 -- which needs a correction only where a phase
-starts.
-
-Everything is built in log space: a schedule carries ln lr̃_k, ln P_k and the bounded product lr̃_k c_k,
-so construction never overflows (lr̃ grows like exp(2ηλk/(1−γ)): at λ = 1e-2 and 78,200 steps it passes
-float64's 1.8e308).  :class:`explr.lr_scheduler.PerStepLR` plays it from there with a rescaling factor
-that is a power of two, so a run of any length stays finite in float32 or bf16.
-
-**The checks of per-step inputs** are written here once, for the converters below, :mod:`explr.lr_scheduler` and
-:mod:`explr.invariance` (internal helpers, not in ``__all__``): each returns the checked value (a float, an int or a
-new float64 array) or raises an error that names the argument, the rule and, for arrays, the first step that breaks
-it (``lr[3] = -0.1``).  Schedules take finite rates with lr > 0 and wd ≥ 0 (``per_step_array``) and step decay's
-milestones in [1, epochs − 1] (``check_milestones``, also the engine's rule of ``--decay-epochs``); ``PerStepLR``
-plays any finite wd (``plain_arrays``) and refuses what is not a real number with ``TypeError`` (``real_array``:
-``np.asarray`` would turn ``True`` into 1.0).
+For a scale-invariant loss a run with weight decay is, in function space, a run without it whose lr grows
+exponentially (Li & Arora, ICLR 2020, Theorems 2.1, 2.5, 2.12, 2.13).  Every converter returns an
+:class:`EquivalentSchedule`: SGD with its ``.lr`` and ``.wd`` (same momentum) has the iterates θ̃_k = P_k θ_k, with
+lr̃_k = P_k P_{k+1} lr_k and a one-step weight decay c_k where α_{k+1} = P_k / P_{k+1} differs from the run's own
+ratio â_{k+1}.  All is built in log space, so nothing overflows.  The construction: chapter 2 and
+docs/maths-notes.md, "Schedules".  The checks of per-step inputs of the maths floor are written here once
+(``per_step_array``, ``check_milestones``, ``plain_arrays``, ``real_array``): each names the argument, the rule and
+the first step that breaks it (``lr[3] = -0.1``).
 """
 from __future__ import annotations
 
@@ -171,18 +145,8 @@ CORRECTIONS = ("all", "start", "none")
 class EquivalentSchedule:
     """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, in log space.
 
-    Stored (never overflow):
-
-    * ``log_lr``: (steps,) float64 -- ln lr̃_k, the log learning rate of the equivalent run at step k.
-    * ``lr_wd``: (steps,) float64 -- lr̃_k · wd̃_k, the weight decay the equivalent run applies at step k
-      in units of its learning rate (the momentum corrections, 1 − â_{k+1}/α_{k+1}; zero where none,
-      negative where the run must *grow* θ).  Bounded, while wd̃_k alone can underflow.
-    * ``log_scale``: (steps + 1,) float64 -- ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
-    * ``momentum``: float -- the momentum γ both runs use.
-    * ``name``: str -- which construction produced it.
-
-    Derived (float64, ``inf`` / 0 where the value is outside float64's range):
-    ``lr`` = lr̃_k, ``wd`` = wd̃_k (add ``wd[k] * θ`` to the gradient), ``scale`` = P_k.
+    Stored in log space, so nothing overflows; ``lr``, ``wd`` and ``scale`` are derived from it (float64: ``inf``
+    or 0 outside its range).
 
     Example: the converters build it; at λ = 1e-2 over 78,200 steps its lr leaves float64's range, its log does not
     (:class:`~explr.lr_scheduler.PerStepLR` plays it from :meth:`parts`):
@@ -195,10 +159,16 @@ class EquivalentSchedule:
     1747.7 inf True
     """
 
+    #: (steps,) ln lr̃_k, the log learning rate of the equivalent run at step k.
     log_lr: np.ndarray
+    #: (steps,) lr̃_k · wd̃_k, the momentum corrections 1 − â_{k+1}/α_{k+1} (zero where none): bounded, while
+    #: wd̃_k alone can underflow.
     lr_wd: np.ndarray
+    #: (steps + 1,) ln P_k, with θ̃_k = P_k θ_k for k = 0..steps.
     log_scale: np.ndarray
+    #: the momentum γ that both runs use.
     momentum: float
+    #: which construction made it (``"texp[all]"``, ...).
     name: str
 
     def __len__(self) -> int:
@@ -218,18 +188,21 @@ class EquivalentSchedule:
 
     @cached_property
     def lr(self) -> np.ndarray:
+        """(steps,) lr̃_k, the learning rate of the equivalent run (``inf`` beyond float64)."""
         m_lr, e_lr, _, _ = self.parts()
         with np.errstate(over="ignore"):
             return np.ldexp(m_lr, e_lr)
 
     @cached_property
     def wd(self) -> np.ndarray:
+        """(steps,) wd̃_k, the weight decay it adds at step k (``wd[k] * θ`` to the gradient)."""
         _, _, m_wd, e_wd = self.parts()
         with np.errstate(under="ignore"):
             return np.ldexp(m_wd, e_wd)
 
     @cached_property
     def scale(self) -> np.ndarray:
+        """(steps + 1,) P_k, with θ̃_k = P_k θ_k (``inf`` beyond float64)."""
         with np.errstate(over="ignore"):
             return np.exp(self.log_scale)
 
@@ -252,9 +225,13 @@ class PlainSchedule:
     (300, 0.1, 0.0005, None)
     """
 
+    #: (steps,) the learning rate of every step.
     lr: np.ndarray
+    #: the weight decay: a number or a (steps,) array.
     wd: np.ndarray | float
+    #: what the schedule is (``"step"``, ...).
     name: str = "plain"
+    #: None: a plain schedule fits any optimizer.
     momentum = None
 
     def __len__(self) -> int:
@@ -344,7 +321,7 @@ def _phase_starts(lr: np.ndarray, wd: np.ndarray) -> np.ndarray:
 
 
 def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSchedule:
-    """The shared construction of the module docstring, in log space.
+    """The shared construction (docs/maths-notes.md, "Schedules"), in log space.
 
     ``target[k]`` is the chosen α_{k+1} (``None``: TEXP++'s α_{k+1} = â_{k+1}, no correction);
     ``correct[k]`` says whether step k applies the correction lr̃_k c_k = 1 − â_{k+1}/α_{k+1}
@@ -379,18 +356,13 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
 
     lr̃_k = η α^{−2k−1},  θ̃_k = α^{−k} θ_k,  with α = :func:`alpha` (η, λ, γ).
 
-    With momentum the tilde run must start with the right momentum (the paper sets
-    θ̃_{−1} = α θ_0).  With PyTorch's zero initial buffer this is a one-step extra weight decay
-    at step 0, c_0 = (α − (1 − λη)) / (lr̃_0 α)  (negative for λ > 0, zero when γ = 0).
-    ``start_correction=False`` drops it, to show the error that follows.
+    The paper's start θ̃_{−1} = α θ_0 is, with PyTorch's zero initial buffer, a one-step weight decay at step 0,
+    c_0 = (α − (1 − λη)) / (lr̃_0 α) (negative for λ > 0); ``start_correction=False`` drops it.
 
-    Example: 1,000 steps at η = 0.1, λ = 5e-4, γ = 0.9; the lr grows by α⁻² a step, and the one-step weight decay
-    at step 0 is the start correction:
+    Example: 1,000 steps at η = 0.1, λ = 5e-4, γ = 0.9; the lr grows by α⁻² a step; wd[0] is the start correction:
 
     >>> from explr.schedules import alpha, exp_lr
     >>> schedule = exp_lr(0.1, 5e-4, 0.9, steps=1000)
-    >>> len(schedule), schedule.name
-    (1000, 'exp_lr')
     >>> lr = schedule.lr
     >>> print(f"{lr[0]:.6f} {lr[-1]:.6f} {lr[1] / lr[0]:.7f}")
     0.100050 0.272998 1.0010053
@@ -411,14 +383,10 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
 def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
     """Tapered exponential LR (TEXP, Theorem 2.12) for a piecewise-constant schedule.
 
-    ``lr`` is a per-step array (e.g. from :func:`step_decay`), ``wd`` a scalar or per-step array.
-    A phase I is a maximal run of steps with constant (η*_I, λ_I); α*_I = :func:`alpha` (η*_I, λ_I, γ).
-    The equivalent LR is lr̃_0 = η*_0 / α*_0, grows by (α*_I)^{−2} per step inside phase I and
-    by (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where phase I starts.
-
-    Exactness needs a momentum correction where each phase starts (one-step extra WD,
-    see the module docstring).  ``corrections``: ``"all"`` (exact), ``"start"`` (only at
-    step 0: the phase corrections are tiny for standard values) or ``"none"``.
+    ``lr`` per step (e.g. :func:`step_decay`), ``wd`` a scalar or per step.  In a phase I of constant (η*_I, λ_I),
+    α*_I = :func:`alpha` (η*_I, λ_I, γ); lr̃_0 = η*_0 / α*_0 grows by (α*_I)^{−2} a step inside phase I and by
+    (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where it starts.  Exactness needs a one-step weight decay where each phase
+    starts; ``corrections``: ``"all"`` (exact), ``"start"`` (step 0 only) or ``"none"``.
 
     Example: step decay ÷10 at epoch 2 of 3 (100 steps an epoch) with weight decay 5e-4, and its equivalent
     without weight decay: the lr grows inside each phase and drops where a phase starts, and the one-step
@@ -427,8 +395,6 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     >>> from explr.schedules import step_decay, texp
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
     >>> schedule = texp(lr, wd=5e-4, momentum=0.9)
-    >>> schedule.name, len(schedule)
-    ('texp[all]', 300)
     >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
     0.10005 0.12220 0.01223 0.01235
     >>> [int(k) for k in (schedule.wd != 0).nonzero()[0]]

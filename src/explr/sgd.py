@@ -9,8 +9,7 @@ with θ_{−1} = θ_0 for a zero initial momentum.  With v_t = (θ_{t−1} − �
 
     v_{k+1} = γ v_k + ∇L(θ_k) + λ_k θ_k,      θ_{k+1} = θ_k − η_k v_{k+1}.
 
-:func:`paper_sgd_step` implements the first form literally (the tests check it against
-``torch.optim.SGD``); :func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
+:func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
 :class:`explr.lr_scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
 Lemma B.1 (the growth of ‖θ‖ under momentum SGD on a scale-invariant loss) and
 :func:`exp_lr_overflow_step` says when an exponential schedule leaves a floating-point format.
@@ -30,7 +29,6 @@ from .params import Int, checked
 from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
 
 __all__ = [
-    "paper_sgd_step",
     "Trajectory",
     "train_sgd",
     "output_deviation",
@@ -40,41 +38,30 @@ __all__ = [
 ]
 
 
-def paper_sgd_step(theta, theta_prev, lr, lr_prev, grad, wd, momentum):
-    """One step of the paper's recursion; returns θ_t from θ_{t−1} = ``theta``, θ_{t−2} = ``theta_prev``.
-
-    ``grad`` = ∇L(θ_{t−1}), ``lr`` = η_{t−1}, ``lr_prev`` = η_{t−2}, ``wd`` = λ_{t−1}.
-    """
-    velocity = momentum * (theta - theta_prev) / lr_prev - (grad + wd * theta)
-    return theta + lr * velocity
-
-
 @dataclass(frozen=True)
 class Trajectory:
-    """What :func:`train_sgd` records.
+    """What :func:`train_sgd` records."""
 
-    * ``outputs``: (records, ...) -- ``model(probe)`` at the recorded steps (None without a probe).
-    * ``norms``: (records,) -- ‖θ_k‖ of the trainable parameters at the recorded steps.
-    * ``steps``: (records,) -- the recorded step indices k (0 = before training, ``steps`` = the end).
-    * ``losses``: (steps,) -- the training loss of every step's batch.
-    * ``lrs``: (steps,) -- the learning rate the optimizer actually used (after any rescaling).
-    * ``rescale``: float -- the final equivalent-rescaling factor R of the scheduler (1 without).
-    * ``log2_rescales``: (records,) -- log2 R at the recorded steps (``norms`` are in the optimizer's units,
-      ‖θ_k‖·√R; R = 4^−(halvings), so the schedule's own norm is ``norms`` · 2^(−log2_rescales/2)).
-    * ``rescale_count``: int -- how many rescalings the scheduler applied.
-    * ``sq_norms``: (steps + 1,) -- ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
-    * ``sq_updates``: (steps,) -- ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
-    """
-
+    #: (records, ...) ``model(probe)`` at the recorded steps (None without a probe).
     outputs: np.ndarray | None
+    #: (records,) ‖θ_k‖ of the trainable parameters at the recorded steps.
     norms: np.ndarray
+    #: (records,) the recorded step indices k (0 = before training, ``steps`` = the end).
     steps: np.ndarray
+    #: (steps,) the training loss of every step's batch.
     losses: np.ndarray
+    #: (steps,) the learning rate the optimizer actually used (after any rescaling).
     lrs: np.ndarray
+    #: the final equivalent-rescaling factor R of the scheduler (1 without).
     rescale: float
+    #: (records,) log2 R at the recorded steps: ``norms`` are in the optimizer's units, ‖θ_k‖·√R, so the
+    #: schedule's own norm is ``norms`` · 2^(−log2_rescales/2).
     log2_rescales: np.ndarray
+    #: how many rescalings the scheduler applied.
     rescale_count: int
+    #: (steps + 1,) ‖θ_k‖² at every step k = 0..steps (in the optimizer's units).
     sq_norms: np.ndarray
+    #: (steps,) ‖θ_{k+1} − θ_k‖² of every step (a rescaling step includes the rescaling).
     sq_updates: np.ndarray
 
 

@@ -9,7 +9,6 @@ from explr.book.toy import (
     MODELS,
     angle_to_e1,
     check_window_claim,
-    logistic_loss,
     loss_grad,
     population_grad,
     sample_batch,
@@ -27,6 +26,15 @@ def _flags(models, wd, dtype=torch.float64):
     bn = torch.tensor([MODELS[m][0] for m in models]).view(-1, 1, 1)
     lam = torch.tensor([wd if MODELS[m][1] else 0.0 for m in models], dtype=dtype).view(-1, 1, 1)
     return bn, lam
+
+
+def logistic_loss(w, x, y, model: str, wd: float = 0.0):
+    """The reference for loss_grad, written plainly for autograd: the batch-mean logistic loss of the margin
+    y f(x), f = wᵀx (or wᵀx/‖w‖ with BN), plus (λ/2)‖w‖² for the models with weight decay."""
+    bn, uses_wd = MODELS[model]
+    f = torch.einsum("...m,...bm->...b", w, x)
+    loss = torch.nn.functional.softplus(-y * (f / w.norm(dim=-1, keepdim=True) if bn else f)).mean(-1)
+    return loss + 0.5 * wd * (w * w).sum(-1) if uses_wd else loss
 
 
 def test_analytic_gradient_matches_autograd_for_all_three_models():

@@ -54,7 +54,7 @@ def test_the_exact_twin_agrees_to_float64_round_off(step64):
 
 def test_the_twin_without_corrections_departs_as_predicted(step64):
     """The omitted start push δ = −η̃₀c₀ (4.8e-3) makes D_k ≈ 2s_kF_k, s_k the shortfall on its way to
-    δ/(1 − γα*⁻²) (module docstring).  The estimate
+    δ/(1 − γα*⁻²) (docs/maths-notes.md).  The estimate
     is a scale, not a bound (it leaves out the phase corrections also missing, and takes the path's speed as
     uniform): asserted within a factor 3.  With F_k from 0.04 to 0.3 that is ~1e-3 to 4e-2, and B_k < 1e-12: from
     the first epoch's end on the margin is asserted > 1e6."""

@@ -4,27 +4,11 @@
 ``AssertionError`` naming the claim when it fails, and ends the chapter with a table of what was checked
 (:meth:`Checks.table`).
 
-**The round-off rule** (:func:`shown`).  A committed output must read the same on every machine.  A
-float64 deviation far below its tolerance is set by the order of the operations: MKL and ATen choose
-their kernels by CPU (AVX2, AVX-512, ...), and reductions split by thread count, so its digits move from
-machine to machine.  A claim whose
-tolerance is at most :data:`EXACTNESS` = 1e-6 is a claim of exactness up to round-off (or up to an ODE
-solver's tolerance), and its deviation is shown as a bound instead of its digits:
-
-    measured < B,   B = 10^⌊log10(tolerance / 10)⌋,
-
-a power of ten at least ten times below the tolerance.  The bound is a true statement about the value, it
-shows the claim's margin, and a perturbation of the arithmetic would have to grow the value to a tenth of
-the tolerance before the text changed.  A value at or above ``B``, and any value checked against a looser
-tolerance (a slope, a ratio, a fraction of windows that is exactly 0), is a quantity of its own and is
-shown with three significant digits.  ``tests/notebooks/roundoff_guard.py`` reruns every chapter with the
-arithmetic perturbed (``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE``, another BLAS kernel and thread
-count), and nbval fails on an output that moves.
-
-**What a chapter's parameters may ask for** (:func:`count`, :func:`most`, :func:`seed_rule`).  Every size
-a chapter's parameters set is bounded by what the machine can hold: a count of units that each hold
-``bytes_each`` bytes of arrays may be at most ⌊:data:`MEMORY` / bytes_each⌋, and a refusal says so, with
-the bytes a unit holds.  A seed is what ``torch.manual_seed`` takes.
+**The round-off rule** (:func:`shown`): a deviation checked against a tolerance of at most :data:`EXACTNESS` = 1e-6
+is shown as a bound, ``measured < B`` with B = 10^⌊log10(tolerance / 10)⌋, so that a committed output reads the same
+on every machine; any other value with three significant digits.  :func:`count`, :func:`most` and
+:func:`seed_rule` bound what a chapter's parameters may ask for: at most ⌊:data:`MEMORY` / bytes_each⌋ units.
+Why: docs/maths-notes.md, "The round-off rule".
 """
 from __future__ import annotations
 

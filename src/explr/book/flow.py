@@ -1,35 +1,15 @@
 """Gradient flow, modified flows with counter terms, and how far gradient descent is from them.
 
-Gradient descent (GD) with step η, θ_{k+1} = θ_k − η∇L(θ_k), is the explicit Euler method for the
-gradient flow (GF) θ̇ = −∇L(θ).  Backward error analysis (Hairer, Lubich & Wanner, *Geometric
-Numerical Integration*, Sec. IX.1) asks instead which ODE GD solves *exactly* up to a given order.
-Writing g = −∇L, H = ∇²L and D³L[u, v] for the third derivative contracted twice, the answer is the
-modified equation
+Gradient descent θ_{k+1} = θ_k − η∇L(θ_k) solves, up to O(η³), the modified equation (backward error analysis:
+Hairer, Lubich & Wanner, *Geometric Numerical Integration*, Sec. IX.1; f₂ is derived in chapter 5)
 
-    θ̇ = g + η f₁ + η² f₂ + O(η³),
-    f₁ = −½ g′g = −½ H∇L,
-    f₂ = (1/12) g″(g, g) + (1/3) g′g′g = −(1/12) D³L[∇L, ∇L] − (1/3) H²∇L.
+    θ̇ = g + η f₁ + η² f₂,   g = −∇L,   f₁ = −½ H∇L,   f₂ = −(1/12) D³L[∇L, ∇L] − (1/3) H²∇L,
 
-f₁ is the counter term of implicit gradient regularisation (Barrett & Dherin 2021); f₂ is derived
-in chapter 5 of the book by matching the Taylor expansion of the flow's time-η map with one GD
-step.  Truncating after η^p f_p leaves a local error O(η^{p+2}) per step and a global error
-O(η^{p+1}) after k = T/η steps, which :func:`discretisation_error` measures.  This is the book's own
-backward error analysis; Miyagawa's "equation of motion" (NeurIPS 2022) likewise adds a counter term
-to gradient flow that cancels its discretisation error, but we have only that paper's abstract and
-do not claim that its counter term or its error bound coincide with these.
-
-Everything works on the *flat* vector θ of a model's trainable parameters (:class:`FlatProblem`,
-built on ``torch.func.functional_call``).  Derivatives are exact automatic differentiation:
-Hessian-vector products by double backward, D³L[v, v] = ∇_θ⟨v, ∇²L(θ) v⟩ by triple backward; no
-Hessian is formed (except the at most 2×2 one of a tiny problem in
-:func:`explr.book.sharpness.top_eigenvalue`).  Flows are integrated by ``scipy.integrate.solve_ivp``
-(default DOP853, an explicit Runge–Kutta method of order 8) at tight tolerances in float64.
-
-Facts used by the book (paper notes §6, Li & Arora 2020 Sec. 4): on a scale-invariant L, GF
-conserves ‖θ‖; GF with weight decay λ is GF in the exponentially reparametrised time
-τ(t) = (e^{2λt} − 1)/(2λ) (:func:`reparametrised_time`); GD with weight decay cannot keep
-λ_max(∇²R) below 2/η (:func:`explr.book.sharpness.top_eigenvalue`), or θ would go to 0; SGD with weight decay settles at
-the angular step :func:`explr.invariance.equilibrium_step_angle`, measured by :func:`angular_updates`.
+f₁ the counter term of implicit gradient regularisation (Barrett & Dherin 2021).  :func:`discretisation_error`
+measures the global error O(η^{p+1}) left by truncating after η^p f_p.  Everything works on the flat parameter
+vector (:class:`FlatProblem`) with exact autograd derivatives (no Hessian formed), integrated by
+``scipy.integrate.solve_ivp`` (DOP853) in float64.  :func:`reparametrised_time`: GF with weight decay λ is GF in
+the time τ(t) = (e^{2λt} − 1)/(2λ) (Li & Arora 2020, Sec. 4).  More: docs/maths-notes.md, "Flows".
 """
 from __future__ import annotations
 

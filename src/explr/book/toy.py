@@ -1,43 +1,16 @@
 """The toy model of Li & Arora's Section 3: BN and WD each converge, together they do not.
 
-Setting (Li & Arora, ICLR 2020, Sec. 3 and Thm 3.1 / A.6).  Inputs x ~ N(0, I_m), m >= 3, labels
-y = sign(x_1), logistic loss ℓ(z) = ln(1 + e^{−z}) of the margin z = y f(x), mini-batches of B fresh
-samples, plain SGD (no momentum) with learning rate η.  Three models of one weight vector w ∈ R^m:
+Inputs x ~ N(0, I_m), m ≥ 3, labels y = sign(x_1), logistic loss ℓ(z) = ln(1 + e^{−z}) of the margin y f(x), plain
+SGD with step η on fresh batches of B, for three models of one w ∈ R^m (:data:`MODELS`): ``"wd"`` f = wᵀx with weight
+decay λ; ``"bn"`` f = wᵀx/‖w‖ (population BN), no weight decay; ``"bn+wd"`` both.  With u = w/‖w‖ and
+s_b = −σ(−y_b f(x_b)) y_b / B, one step is
 
-* ``"wd"``    f = wᵀx, with weight decay λ (a strongly convex objective);
-* ``"bn"``    f = wᵀx / ‖w‖: a linear layer followed by *population* batch normalisation with scale 1
-  and bias 0 (wᵀx ~ N(0, ‖w‖²), so BN divides by ‖w‖); scale invariant, no weight decay;
-* ``"bn+wd"`` the same with weight decay λ.
+    WD: ∇ = Σ_b s_b x_b + λ w;   BN: ∇ = (I − u uᵀ) Σ_b s_b x_b / ‖w‖ (+ λ w);   w ← w − η ∇.
 
-One SGD step on a batch (x_b, y_b), b = 1..B, with u = w/‖w‖ and s_b = −σ(−y_b f(x_b)) y_b / B:
-
-    WD model:  ∇ = Σ_b s_b x_b + λ w
-    BN models: ∇ = (I − u uᵀ) Σ_b s_b x_b / ‖w‖ (+ λ w)           (Lemma 1.3: the loss part is ⊥ w)
-    w ← w − η ∇.
-
-:func:`simulate` runs all seeds (and all requested models) as one batch of tensors: every step is a
-handful of tensor operations on shape (models, seeds, ...), with no Python loop over seeds.  Runs of
-the same seed share their initial point and their mini-batches (common random numbers).  It also runs
-the noiseless limit B = ∞ of the BN models (gradient descent on the expected loss, :func:`population_grad`)
-and starts from a given w_0 (e.g. R·e_1, inside the ε-cone of Thm 3.1) when asked.
-
-Quantities of the theorem (all exact for this data distribution):
-
-* training (= test) error of a linear classifier: P(sign(wᵀx) ≠ sign(x_1)) = ∠(w, e_1)/π;
-* Thm 3.1: for 0 < ε < √(ηλ/2) and any k_0, with probability >= 1 − δ the error exceeds ε/π at least
-  once in the W_1 + W_2 steps after k_0, where
-  W_1 = ln(64 ‖w_{k_0}‖² ε √B / (η √(m−2))) / (2(ηλ − 2ε²)) and W_2 = 9 ln(1/δ);
-* the expected loss of the BN models is *linear* in cos∠(w, e_1):  with u = w/‖w‖,
-
-      E ℓ(y uᵀx) = E_z[ln(1 + e^z)] − u_1/√(2π)            (z ~ N(0, 1); re-derived here)
-
-  because ℓ(t) = ℓ(−t) − t splits ℓ(y p) into an even function of p = uᵀx ~ N(0, 1) minus y p/2, and
-  E[y p] = u_1 E|x_1| = u_1 √(2/π).  So the full-batch (B = ∞) gradient is −(I − u uᵀ) e_1/(√(2π)‖w‖)
-  (:func:`population_grad`): the pull toward e_1 has size sin∠(w, e_1)/(√(2π)‖w‖);
-* the angle between consecutive iterates, ∠(w_t, w_{t+1}) (:func:`explr.invariance.step_angle`), whose
-  RMS settles near √(2ηλ) once the norm is in equilibrium (:func:`explr.invariance.equilibrium_step_angle`,
-  exact identity: :func:`explr.invariance.angular_identity_gap`).  Statistics of the recorded error
-  (returning levels, longest stretches) are in :mod:`explr.book.fits`.
+:func:`simulate` runs all seeds and models as one batch of tensors (common random numbers).  The error of a linear
+classifier is ∠(w, e_1)/π (:func:`training_error`); Thm 3.1's window is :func:`theorem_W1` + :func:`theorem_W2`;
+the BN models' expected loss is E_z[ln(1 + e^z)] − u_1/√(2π) (:func:`population_grad`).  The derivations:
+docs/maths-notes.md, "The toy model".
 """
 from __future__ import annotations
 
@@ -54,7 +27,6 @@ __all__ = [
     "MODELS",
     "ToyRun",
     "sample_batch",
-    "logistic_loss",
     "loss_grad",
     "population_grad",
     "simulate",
@@ -97,24 +69,8 @@ def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=to
     return x, torch.sign(x[..., 0])
 
 
-def _output(w, x, bn):
-    """f(x) for weights w (..., m) and inputs x (..., B, m): wᵀx, or wᵀx/‖w‖ with population BN."""
-    f = torch.einsum("...m,...bm->...b", w, x)
-    return f / w.norm(dim=-1, keepdim=True) if bn else f
-
-
-def logistic_loss(w, x, y, model: str, wd: float = 0.0):
-    """Mean logistic loss over the batch plus (λ/2)‖w‖² for the WD models, per seed: shape w.shape[:-1].
-
-    A plain autograd-friendly reference for :func:`loss_grad`; ``wd`` is ignored for ``"bn"``.
-    """
-    bn, uses_wd = MODELS[_check_models([model])[0]]
-    loss = torch.nn.functional.softplus(-y * _output(w, x, bn)).mean(-1)
-    return loss + 0.5 * wd * (w * w).sum(-1) if uses_wd else loss
-
-
 def loss_grad(w, x, y, bn, wd):
-    """Analytic ∇_w of :func:`logistic_loss`, for stacked models: w (K, S, m), x (S, B, m), y (S, B).
+    """Analytic ∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²), for stacked models: w (K, S, m), x (S, B, m), y (S, B).
 
     ``bn`` and ``wd`` broadcast against (K, S, 1): a bool tensor (population BN or not) and the weight
     decay of each model.  Formula in the module docstring.  Cost: two einsums over (K, S, B, m).
@@ -131,7 +87,7 @@ def loss_grad(w, x, y, bn, wd):
 def population_grad(w, wd):
     """∇_w of the expected loss of the BN models (B = ∞): −(I − u uᵀ) e_1 / (√(2π) ‖w‖) + λ w, u = w/‖w‖.
 
-    ``w`` (..., m); ``wd`` broadcasts against (..., 1).  See the module docstring for the derivation.
+    ``w`` (..., m); ``wd`` broadcasts against (..., 1).  Derivation: docs/maths-notes.md, "The toy model".
     """
     norm = w.norm(dim=-1, keepdim=True)
     u = w / norm

@@ -1,72 +1,16 @@
 """The exact-twin test on a real network: Step Decay + WD ≡ TEXP and Cosine + WD ≡ Cosine-TEXP, logit for logit.
 
-:func:`explr.schedules.texp` (Li & Arora 2020, Theorem 2.12, the TEXP construction; the book's thm-texp) turns a
-piecewise-constant schedule (η_k, λ) with momentum γ into a schedule η̃_k without weight decay, plus a one-step
-correction where each phase starts, such that on a scale-invariant loss the iterates are θ̃_k = P_k θ_k: the same
-network at every step.  The per-epoch cosine is piecewise constant too (one phase per epoch), so the paper's
-cosine/exponential hybrid is the same construction.  :func:`run_unit` trains a network given by a builder (the
-chapter: PreResNet-32 of :mod:`explr.models`, the scale-invariant form of Li & Arora, Sec. 5) with the original
-schedule and with its twins on the same batches, and compares the logits on a fixed held-out batch,
+:func:`run_unit` trains a network (the chapter: PreResNet-32 of :mod:`explr.models`) with the original schedule and
+with its twins of :func:`explr.schedules.texp` (Li & Arora 2020, Theorem 2.12) on the same batches, and compares
+the logits on a fixed held-out batch, D_k = max |f̃_k − f_k| / max |f_k| (:func:`explr.sgd.output_deviation`).
+In float64 the exact twin must stay within the round-off estimate of :func:`roundoff_estimate`,
 
-    D_k = max |f̃_k − f_k| / max |f_k|      (:func:`explr.sgd.output_deviation`),
+    D_k ≲ B_k = e_f + (k + 1) · ρ · G_k,   ρ = 4u + e_g,   G_k = max(1, max_{i≤k} A_i),
 
-at every recorded step k.  In float64, with BN's ε ≈ 0 (1e-300: torch refuses 0) and batch statistics, the
-exact twin (``corrections="all"``) must stay within the round-off estimate of :func:`roundoff_estimate`; the
-twin without corrections (``"none"``) and the near twin (TEXP built for (1 + ε)λ) are other runs and depart.
-With :attr:`TwinSettings.rescale_at` every twin also runs through PerStepLR's equivalent rescaling (θ → θ/2^j,
-lr → lr/4^j: exact in binary floating point, so it adds no rounding), the regime of long exponential runs.  In
-float32 and bf16 the exact pair's D_k is the departure curve of two runs whose arithmetic differs in the last
-bits: where it reaches O(1), chaos has taken over (reported, never asserted: it depends on the machine).
-
-**The round-off estimate** (float64).  The twin computes the same mathematical iterates as the original with
-other roundings: every step adds a relative discrepancy of at most ρ = 4u + e_g to θ (u = 2^−52: the update
-θ − lr·v, its two products and the schedule's own rounding of η̃_k = exp(ln η̃_k), one u each; e_g = the
-relative rounding of one gradient, measured as max|c∇L(cθ₀) − ∇L(θ₀)| / max|∇L(θ₀)|, the largest over
-c = 3, 5, 7, which a scale-invariant loss makes exactly 0 in exact arithmetic: the twin's gradients differ from
-the original's by just such roundings).  SGD then amplifies a relative perturbation of θ: the control run (the
-original from θ₀·(1 + δ_c ξ), ξ ~ N(0, 1) elementwise, δ_c = :data:`CONTROL_DELTA`) measures the amplification
-A_i = D^ctl_i / δ_c of a perturbation made at step 0 and seen at step i.  Summing the k + 1 steps'
-discrepancies, each grown by at most G_k = max(1, max_{i≤k} A_i), and the logits' own rounding e_f
-(max|f(cθ₀) − f(θ₀)| / max|f(θ₀)|, the same c) gives
-
-    D_k ≲ B_k = e_f + (k + 1) · ρ · G_k.
-
-B_k is an *estimate* of what rounding alone produces, not a bound.  It assumes (i) the linear regime: no
-rounding flips the sign of a ReLU input or otherwise jumps the dynamics (δ_c is chosen small enough that the
-control mostly does not either; where it does, A_k jumps and B_k with it, and B_k is loose from there on; a
-rounding that jumped would make the twin exceed B_k: the check would show it); (ii) a perturbation made at
-step j grows over the k − j steps to k no faster than the control's, made at step 0, grows over its first k
-steps (G_k covers both); (iii) every step's gradient rounds as the one measured, at θ₀ on the first batch (e_g
-is not re-measured along the run).  A twin at D_k ≤ B_k agrees as far as rounding can tell; a twin with
-D_k ≫ B_k differs by more than any rounding under these assumptions.
-
-A twin that is *not* exact departs through the error it makes.  TEXP without corrections omits, where phase 0
-starts, a radial push of relative size δ = −η̃₀c₀ (:attr:`~explr.schedules.EquivalentSchedule.lr_wd`; 4.8e-3 for
-η = 0.1, λ = 5e-3, γ = 0.9); the momentum buffer keeps adding it, so ‖θ̃‖ falls short by a fraction that grows
-towards δ/(1 − γα*⁻²) (chapter 2, "What the start correction changes"; ×11 here), and the effective learning
-rate η̃/‖θ̃‖² is too large by twice that.  The run then travels the original's function path at another speed:
-
-    D_k ≈ 2 s_k F_k,   s_k = δ(1 − r^k)/(1 − r),   r = γα*⁻²,   F_k = max|f_k − f₀| / max|f₀|
-                                                                        (:func:`departure_estimate`),
-
-the function change of the original.  Where F_k is not tiny that is many orders of magnitude above B_k: the
-test can tell an exact twin from a near one.  (The phase corrections it also omits at later phase starts are
-smaller; the estimate leaves them out.)  The estimate holds while the dynamics amplify little (the depth-8 test:
-within a factor 2); where they amplify, the departure is larger: on PreResNet-32 at η = 0.1 the control's A_k
-reaches ~750 within 18 steps and the uncorrected twin is a different network, D ≈ 1, within the first epoch
-(results/exact-twins).
-
-**The near twin** (:attr:`TwinSettings.near` = ε) is TEXP with all corrections built for (1 + ε)λ, so it is (to
-round-off) the run with weight decay (1 + ε)λ, not the original.  Its extra decay shrinks ‖θ‖ by a further
-ln(α*(λ)/α*((1 + ε)λ)) a step (≈ εηλ/(1 − γ) for ηλ ≪ (1 − √γ)², more near that limit) until the norm settles,
-where ‖θ‖² ∝ (η/λ)^(1/2) (SGD's equilibrium on a scale-invariant loss) leaves the effective learning rate
-η/‖θ‖² too large by ε/2; its departure is then
-
-    D_k ≈ min(2 s_k, ε/2) F_k,   s_k = k · ln(α*(λ)/α*((1 + ε)λ))          (:func:`near_estimate`),
-
-again a scale and not a bound (phase 0's lr; where the dynamics amplify, as the control's A_k says they do, the
-departure is larger).  ε is chosen small, yet with this estimate orders of magnitude above B_k: a hard case.
-:func:`summarise` reports both departures against B_k.
+with A_i the amplification that a control run measures; the twin without corrections departs by about
+D_k ≈ 2 s_k F_k (:func:`departure_estimate`), the near twin by min(2 s_k, ε/2) F_k (:func:`near_estimate`).
+In float32 and bf16 D_k is reported, never asserted.  The derivations and the estimates' assumptions:
+docs/maths-notes.md, "The exact-twin test".
 """
 from __future__ import annotations
 
@@ -232,7 +176,7 @@ def _network(build_model, precision: str, reference: torch.Tensor | None):
 
 
 def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
-    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (module docstring):
+    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (docs/maths-notes.md, "The exact-twin test"):
     e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
     the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic.  Also ``delta``, the control
     run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_estimate` takes with them."""
