@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import explr.cifar10.runs as runs_mod
-from explr.book.registration import PLAN_V3_PATH, load_plan
-from explr.book.stats import open_runs, split_runs
+from explr.book.judging import open_runs, split_runs
+from explr.book.registration import PLAN_V3_PATH, PLAN_V4_PATH, load_plan
 from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
 from explr.cifar10 import files
 from explr.cifar10.files import DiskFull
@@ -146,6 +146,21 @@ def test_a_file_where_a_folder_goes_or_a_garbage_manifest_is_one_line_before_the
     listed = manifest_of(tmp_path / "d", text="[1, 2]")
     refused(["--out", str(tmp_path / "d"), *flags], capsys, str(listed), "not a JSON object")
     assert not loads
+
+
+def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(monkeypatch):
+    """v4 judges only bf16 runs on a CUDA device: --device cpu, or auto on a machine without CUDA, is one line
+    naming the flag (main makes it exit code 2); cuda and cuda:N pass; v3 pinned no device."""
+    v4 = load_plan(PLAN_V4_PATH)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cpu", "auto", "mps"):
+        with pytest.raises(ValueError, match=f"--device '{device}' resolves to .* judges only runs on cuda in bf16"):
+            grid.check_resolved(v4, device)
+    for device in ("cuda", "cuda:1"):
+        grid.check_resolved(v4, device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    grid.check_resolved(v4, "auto")
+    grid.check_resolved(PLAN, "cpu")
 
 
 def test_the_grid_refuses_an_unregistered_plan(tmp_path, capsys):
@@ -395,7 +410,7 @@ def test_a_worker_that_failed_without_a_run_folder_is_an_attempt_and_the_worst_c
 
 
 def test_the_missing_runs_close_the_grid_for_chapter_6(tmp_path, epochs):
-    """stats.open_runs, as chapter 6 calls it with <grid>/missing.json, finds no open run once TEXP failed 3 times."""
+    """judging.open_runs, as chapter 6 calls it with <grid>/missing.json, finds no open run once TEXP failed 3 times."""
     plan = tiny_plan()
     fail_three_times(plan, tmp_path, epochs)
     judged, _ = split_runs(plan, grid.grid_runs(plan, tmp_path))
