@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan (v3), in seed-complete rounds.
+"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan (v4), in seed-complete rounds.
 
     PYTHONPATH=src python experiments/confirmatory_grid.py --data cifar10-jpeg.tar.gz --data-root /tmp/explr-data
     PYTHONPATH=src python experiments/confirmatory_grid.py ... --resume        # continue an interrupted grid
     PYTHONPATH=src python experiments/confirmatory_grid.py --dry-run          # seconds, on the CPU
 
-The plan (:data:`explr.book.registration.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds,
+The plan (:data:`explr.book.registration.PLAN_V4_PATH`) names the arms (schedule, momentum corrections), the seeds,
 the recipe (``config``) and, from v4, what its runs must resolve to (``resolved``: bf16 on a CUDA device; the
 grid refuses to start where ``--device`` resolves to another type, since such runs would not be judged).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when each of its runs finished or was
@@ -84,7 +84,7 @@ from typing import NamedTuple
 import torch
 
 from explr.book.judging import ATTEMPTS, FAILURES, declared_missing, failure, open_runs
-from explr.book.registration import PLAN_V3_PATH, AnalysisPlan, load_plan
+from explr.book.registration import PLAN_V4_PATH, AnalysisPlan, load_plan
 from explr.book.stats import complete_seeds, count_by_arm
 from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
                            run_plan, train_run)
@@ -334,13 +334,13 @@ def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) ->
 def build_parser() -> argparse.ArgumentParser:
     ap = CommandLineParser(prog="confirmatory_grid.py", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default=str(PLAN_V3_PATH), type=argument_type("plan", Text("a plan file")),
-                    help="the registered analysis plan (default: v3)")
+    ap.add_argument("--plan", default=str(PLAN_V4_PATH), type=argument_type("plan", Text("a plan file")),
+                    help="the registered analysis plan (default: v4)")
     ap.add_argument("--out", default="results/cifar10-confirmatory", type=argument_type("out", FOLDER),
                     help="folder of the grid's runs")
     add_config_arguments(ap, names=MACHINE)  # as python -m explr.cifar10 takes them
     ap.add_argument("--resume", action="store_true", help="continue the runs already under --out")
-    arms = len(json.loads(PLAN_V3_PATH.read_text())["arms"])
+    arms = len(json.loads(PLAN_V4_PATH.read_text())["arms"])
     ap.add_argument("--seeds-at-once", type=argument_type("seeds_at_once", COUNT), default=2,
                     help=f"seeds per round (a round trains every arm of each; default 2: {2 * arms} runs at once with "
                          f"the default plan's {arms} arms)")

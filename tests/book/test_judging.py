@@ -1,7 +1,6 @@
 """explr.book.judging: chapter 6's registered path from run folders to verdicts -- which runs a plan judges (its
 recipe, v4: the resolved precision and device type too), failed and missing runs, the final accuracies and the
 decisions.  The rule itself: test_verdicts.py; the plans and their registration: test_registration.py."""
-import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -21,8 +20,6 @@ PLAN = load_plan(PLAN_PATH)
 PLAN2 = load_plan(PLAN_V2_PATH)
 PLAN3 = load_plan(PLAN_V3_PATH)
 PLAN4 = load_plan()
-#: v3's registration with v4's recipe: v4 judges runs once it is registered, and the recipe rule is v4's.
-RESOLVED = dataclasses.replace(PLAN3, config=PLAN4.config, resolved=PLAN4.resolved)
 
 
 def run(schedule, seed, acc, **manifest):
@@ -30,11 +27,11 @@ def run(schedule, seed, acc, **manifest):
     return {**out, "manifest": manifest} if manifest else out
 
 
-def grid_run(arm="step", seed=None, started=None, status="finished", plan=PLAN3, resolved=None, **config):
-    """A run of ``plan``'s grid with its recipe (``config`` changes it), started a second after v3's registration;
+def grid_run(arm="step", seed=None, started=None, status="finished", plan=PLAN4, resolved=None, **config):
+    """A run of ``plan``'s grid with its recipe (``config`` changes it), started a second after v4's registration;
     ``resolved``: the manifest's resolved settings (default: bf16 on cuda, as on the pilot's H200)."""
     schedule, corrections = plan.arms[arm]["schedule"], plan.arms[arm]["corrections"]
-    when = started or (PLAN3.registration.committed + dt.timedelta(seconds=1)).isoformat()
+    when = started or (PLAN4.registration.committed + dt.timedelta(seconds=1)).isoformat()
     manifest = {"config": {**plan.config, "schedule": schedule, "corrections": corrections, "seed": seed, **config},
                 "data": {**plan.data}, "started": when, "status": status,
                 "resolved": {"device": "cuda", "precision": "bf16", "threads": 1} if resolved is None else resolved}
@@ -50,22 +47,23 @@ def pilot_runs():
 
 # ----------------------------------------------------------------------------- which runs a plan judges
 def test_split_runs_judges_only_the_grid_started_after_the_registration_second():
-    at = PLAN3.registration.committed
-    good = [grid_run(arm, k) for arm in PLAN3.arms for k in PLAN3.seeds[:2]]
+    at = PLAN4.registration.committed
+    good = [grid_run(arm, k) for arm in PLAN4.arms for k in PLAN4.seeds[:2]]
     bad = [grid_run(started=at.isoformat()),  # in the registration's second: not after it
            grid_run(started=(at + dt.timedelta(seconds=0.5)).isoformat()),  # still inside it
            grid_run(started=(at - dt.timedelta(days=1)).isoformat()), grid_run(epochs=200), grid_run(seed=0),
            grid_run(augment=1),  # 1 is not True
            grid_run(started=(at + dt.timedelta(hours=1)).astimezone(dt.timezone(dt.timedelta(hours=-5))).isoformat(),
                     wd=5e-3)]
-    judged, rest = split_runs(PLAN3, good + bad)
+    judged, rest = split_runs(PLAN4, good + bad)
     assert judged == good and rest == bad
     late_ok = grid_run(started=(at + dt.timedelta(seconds=1)).astimezone(dt.timezone(dt.timedelta(hours=9)))
                        .isoformat())
-    assert split_runs(PLAN3, [late_ok])[0] == [late_ok]  # another UTC offset, one second later
-    assert split_runs(PLAN, good) == ([], good) and split_runs(PLAN2, good) == ([], good)  # v1, v2 judge nothing
+    assert split_runs(PLAN4, [late_ok])[0] == [late_ok]  # another UTC offset, one second later
+    for plan in (PLAN, PLAN2, PLAN3):  # v1 unregistered, v2 and v3 superseded: they judge nothing
+        assert split_runs(plan, good) == ([], good)
     with pytest.raises(ValueError, match="started must be an ISO time"):
-        split_runs(PLAN3, [grid_run(started="2026-12-02")])
+        split_runs(PLAN4, [grid_run(started="2026-12-02")])
 
 
 @pytest.mark.parametrize("resolved, judged", [
@@ -81,15 +79,15 @@ def test_split_runs_judges_only_the_grid_started_after_the_registration_second()
 def test_v4_judges_only_runs_resolved_to_bf16_on_a_cuda_device(resolved, judged):
     """v4's recipe pins what its scope says; v3's rule looked at neither, so it judged every one of these."""
     assert PLAN4.resolved == {"precision": "bf16", "device": "cuda"} and PLAN4.config["precision"] == "bf16"
-    one = grid_run(plan=RESOLVED, resolved=resolved)
-    assert same_recipe(RESOLVED, one["manifest"]) is judged and in_grid(RESOLVED, one) is judged
-    assert (split_runs(RESOLVED, [one])[0] == [one]) is judged
-    assert same_recipe(PLAN3, grid_run(resolved=resolved)["manifest"])  # v3: any precision, any device
+    one = grid_run(resolved=resolved)
+    assert same_recipe(PLAN4, one["manifest"]) is judged and in_grid(PLAN4, one) is judged
+    assert (split_runs(PLAN4, [one])[0] == [one]) is judged
+    assert same_recipe(PLAN3, grid_run(plan=PLAN3, resolved=resolved)["manifest"])  # v3: any precision, device
 
 
 def test_a_run_launched_with_precision_auto_is_not_v4s_recipe_even_on_a_gpu():
     """The pilot's runs said precision "auto": v4 states "bf16", so a run of the grid must have been started so."""
-    assert not same_recipe(RESOLVED, grid_run(plan=RESOLVED, precision="auto")["manifest"])
+    assert not same_recipe(PLAN4, grid_run(precision="auto")["manifest"])
 
 
 def test_the_pilot_is_judged_by_no_plan():
@@ -97,7 +95,7 @@ def test_the_pilot_is_judged_by_no_plan():
     for plan in (PLAN, PLAN2, PLAN3, PLAN4):
         assert split_runs(plan, runs) == ([], runs)
     assert all(r["manifest"]["resolved"]["precision"] == "bf16" for r in runs)  # what v4 pins, the pilot had
-    assert not any(same_recipe(RESOLVED, r["manifest"]) for r in runs)  # but it was launched with "auto"
+    assert not any(same_recipe(PLAN4, r["manifest"]) for r in runs)  # but it was launched with "auto"
 
 
 # ----------------------------------------------------------------------------- failed and missing runs
@@ -123,11 +121,11 @@ def test_a_run_is_declared_missing_after_its_third_failed_attempt_and_the_grid_c
     tried = {"status": "diverged", "message": "loss nan"}
     attempts = {("texp", 100): [tried] * ATTEMPTS, ("step", 100): [tried] * (ATTEMPTS - 1), ("cosine", 101): []}
     assert declared_missing(attempts) == [{"arm": "texp", "seed": 100, "attempts": [tried] * ATTEMPTS}]
-    judged = [grid_run(arm, k) for arm in PLAN3.arms for k in PLAN3.seeds[:2] if arm != "texp"]
-    still = open_runs(PLAN3, judged, [("texp", PLAN3.seeds[0])])
-    assert ("texp", PLAN3.seeds[0]) not in still and ("texp", PLAN3.seeds[1]) in still
-    assert ("texp", PLAN3.seeds[0]) in open_runs(PLAN3, judged)  # without the declaration, the grid is open
-    assert len(open_runs(PLAN3, [])) == len(PLAN3.arms) * len(PLAN3.seeds)
+    judged = [grid_run(arm, k) for arm in PLAN4.arms for k in PLAN4.seeds[:2] if arm != "texp"]
+    still = open_runs(PLAN4, judged, [("texp", PLAN4.seeds[0])])
+    assert ("texp", PLAN4.seeds[0]) not in still and ("texp", PLAN4.seeds[1]) in still
+    assert ("texp", PLAN4.seeds[0]) in open_runs(PLAN4, judged)  # without the declaration, the grid is open
+    assert len(open_runs(PLAN4, [])) == len(PLAN4.arms) * len(PLAN4.seeds)
 
 
 def test_read_missing_reads_the_grids_record_and_names_a_broken_one(tmp_path):

@@ -79,7 +79,7 @@ SEED_SENTENCES = {  # Li & Arora's own words, as /work/shared/seeds gives them
 
 def test_the_v3_plan_follows_the_paper_and_needs_only_its_arms():
     raw = json.loads(PLAN_V3_PATH.read_text())
-    assert PLAN3.version == 3 and PLAN3.alpha == 0.05 and PLAN3.registration is not None
+    assert PLAN3.version == 3 and PLAN3.alpha == 0.05 and PLAN3.registration is None  # superseded by v4
     assert [c.id for c in PLAN3.family] == ["C1", "C2", "C4"]
     assert {c.id: c.hypothesis for c in PLAN3.family} == {"C1": "equivalent", "C2": "equivalent", "C4": "a better"}
     assert [c.id for c in PLAN3.claims if c.role == "exploratory"] == ["C3", "C5"]
@@ -179,7 +179,7 @@ def test_the_v4_plan_is_v3_with_its_recipe_pinned_and_its_reasons_fixed():
     """The same claims, hypotheses, roles, arms, seeds, α, δ and power table as v3; precision "bf16" (no "auto")
     in config and resolved, on a CUDA device; no epoch count of the paper's, δ as a chosen effect of interest."""
     raw = json.loads(PLAN_V4_PATH.read_text())
-    assert PLAN4.version == 4 and PLAN4.path == PLAN_V4_PATH
+    assert PLAN4.version == 4 and PLAN4.path == PLAN_V4_PATH and PLAN4.registration is not None
     same = ("claims", "arms", "seeds", "alpha", "margin", "data", "missing_runs")
     assert all(getattr(PLAN4, k) != getattr(PLAN3, k) for k in ("claims", "missing_runs"))  # questions, rule's home
     assert [(c.id, c.a, c.b, c.hypothesis, c.role, c.source) for c in PLAN4.claims] == [
@@ -211,27 +211,28 @@ def test_a_v4_plan_must_pin_its_resolved_recipe(change, match, tmp_path):
 
 def test_the_registration_record_matches_the_plan_files():
     record = json.loads(REGISTRATIONS_PATH.read_text())["plans"]
-    assert {PLAN_PATH.name, PLAN_V2_PATH.name, PLAN_V3_PATH.name} <= record.keys() <= {
-        PLAN_PATH.name, PLAN_V2_PATH.name, PLAN_V3_PATH.name, PLAN_V4_PATH.name}
-    for path in (PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH):
+    assert record.keys() == {PLAN_PATH.name, PLAN_V2_PATH.name, PLAN_V3_PATH.name, PLAN_V4_PATH.name}
+    for path in (PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, PLAN_V4_PATH):
         assert record[path.name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert record[PLAN_PATH.name]["commit"] is None and PLAN.registration is None
-    reg = PLAN3.registration
-    assert reg.commit == record[PLAN_V3_PATH.name]["commit"]
     verdicts = hashlib.sha256((CODE_DIR / "verdicts.py").read_bytes()).hexdigest()
-    assert reg.code == (("verdicts.py", verdicts),)
     assert record[PLAN_V3_PATH.name]["decision_code"] == {"file": "verdicts.py", "sha256": verdicts}
+    assert record[PLAN_V3_PATH.name]["superseded_by"] == PLAN_V4_PATH.name and PLAN3.registration is None
+    reg = PLAN4.registration
+    assert reg.commit == record[PLAN_V4_PATH.name]["commit"] and [name for name, _ in reg.code] == list(JUDGING_CODE)
+    assert dict(reg.code) == {name: hashlib.sha256((CODE_DIR / name).read_bytes()).hexdigest()
+                              for name in JUDGING_CODE}
 
 
-@pytest.mark.parametrize("path", [PLAN_V2_PATH, PLAN_V3_PATH])
+@pytest.mark.parametrize("path", [PLAN_V2_PATH, PLAN_V3_PATH, PLAN_V4_PATH])
 def test_git_history_shows_each_plan_committed_once_by_its_recorded_commit_at_its_recorded_time(path):
     """The registration is the commit that added the plan: its only commit (an edit would add one), whose
     committer time is the recorded one to the second, and whose file has the recorded sha256; v3's decision code
-    was committed, unchanged since, before it."""
+    and v4's judging code were committed, unchanged since, before it."""
     if not (ROOT / ".git").exists() or _git("rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("needs a full git clone (a shallow one has no history): actions/checkout with fetch-depth: 0")
     rel = path.relative_to(ROOT).as_posix()
-    log = _git("log", "--follow", "--format=%H %cI", "--", rel).splitlines()
+    log = _git("log", "--format=%H %cI", "--", rel).splitlines()  # not --follow: v4 reads as a copy of v3
     assert len(log) == 1, f"{rel} has {len(log)} commits; a registered plan is never edited: {log}"
     commit, when = log[0].split()
     record = json.loads(REGISTRATIONS_PATH.read_text())["plans"][path.name]
@@ -239,10 +240,11 @@ def test_git_history_shows_each_plan_committed_once_by_its_recorded_commit_at_it
     assert _git("show", "--format=", "--name-only", commit).splitlines() == [rel]  # the plan alone
     blob = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, check=True).stdout
     assert hashlib.sha256(blob).hexdigest() == record["sha256"]
-    if path == PLAN_V3_PATH:
-        code = (CODE_DIR / "verdicts.py").relative_to(ROOT).as_posix()
-        blob = subprocess.run(["git", "show", f"{commit}:{code}"], cwd=ROOT, capture_output=True, check=True).stdout
-        assert (("verdicts.py", hashlib.sha256(blob).hexdigest()),) == PLAN3.registration.code
+    for entry in record.get("judging_code") or ([record["decision_code"]] if "decision_code" in record else []):
+        rel = (CODE_DIR / entry["file"]).relative_to(ROOT).as_posix()
+        blob = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, check=True).stdout
+        assert hashlib.sha256(blob).hexdigest() == entry["sha256"] == hashlib.sha256(
+            (ROOT / rel).read_bytes()).hexdigest(), rel
 
 
 def _repository(tmp_path, plan_bytes, *extra):

@@ -209,16 +209,18 @@ def test_pooled_sd_and_its_upper_confidence_limit():
 
 # ----------------------------------------------------------------------------- the grid's progress and cost
 def test_complete_seeds_counts_only_finished_runs_of_the_plans_recipe():
-    """The --resume rule: another lr, another number of epochs, other data or an unfinished run is not done."""
-    judged = [grid_run(arm, k) for arm in PLAN3.arms for k in PLAN3.seeds[:2]]
-    assert complete_seeds(PLAN3, judged) == list(PLAN3.seeds[:2])
-    assert complete_seeds(PLAN3, judged[1:]) == [PLAN3.seeds[1]]  # step's first seed missing
-    for other in (dict(lr=0.05), dict(epochs=3), dict(status="running"), dict(status="diverged")):
-        swapped = [grid_run("step", PLAN3.seeds[0], **other)] + judged[1:]
-        assert complete_seeds(PLAN3, swapped) == [PLAN3.seeds[1]], other
+    """The --resume rule: another lr, another number of epochs, other data, a CPU run or an unfinished run is not
+    done."""
+    judged = [grid_run(arm, k) for arm in PLAN4.arms for k in PLAN4.seeds[:2]]
+    assert complete_seeds(PLAN4, judged) == list(PLAN4.seeds[:2])
+    assert complete_seeds(PLAN4, judged[1:]) == [PLAN4.seeds[1]]  # step's first seed missing
+    for other in (dict(lr=0.05), dict(epochs=3), dict(status="running"), dict(status="diverged"),
+                  dict(resolved={"device": "cpu", "precision": "bf16"})):
+        swapped = [grid_run("step", PLAN4.seeds[0], **other)] + judged[1:]
+        assert complete_seeds(PLAN4, swapped) == [PLAN4.seeds[1]], other
     foreign = [dict(r, manifest={**r["manifest"], "data": {"n_train": 10_000, "n_test": 10_000}}) for r in judged]
-    assert complete_seeds(PLAN3, foreign) == []
-    assert count_by_arm(judged) == dict.fromkeys(sorted(PLAN3.arms), 2)
+    assert complete_seeds(PLAN4, foreign) == []
+    assert count_by_arm(judged) == dict.fromkeys(sorted(PLAN4.arms), 2)
 
 
 

@@ -1,4 +1,4 @@
-"""experiments/confirmatory_grid.py: the registered plan's (v3) grid, built from the plan, in seed-complete rounds;
+"""experiments/confirmatory_grid.py: the registered plan's (v4) grid, built from the plan, in seed-complete rounds;
 the plan's rule for failed runs (started again, declared missing after 3 attempts); its exit code; its dry run
 (tiny recipe, synthetic images, CPU) checks balance and resume on the engine."""
 import errno
@@ -14,7 +14,7 @@ import torch
 
 import explr.cifar10.runs as runs_mod
 from explr.book.judging import open_runs, split_runs
-from explr.book.registration import PLAN_V3_PATH, PLAN_V4_PATH, load_plan
+from explr.book.registration import PLAN_V3_PATH, load_plan
 from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
 from explr.cifar10 import files
 from explr.cifar10.files import DiskFull
@@ -25,7 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("confirmatory_grid", ROOT / "experiments" / "confirmatory_grid.py")
 grid = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(grid)
-PLAN = load_plan(PLAN_V3_PATH)
+#: the registered plan (v4) as these tests train it, on the CPU: without its device and precision pin
+#: (test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device checks the pin).
+PLAN = replace(load_plan(), resolved={})
+
+
+@pytest.fixture(autouse=True)
+def on_the_cpu(monkeypatch):
+    """The grid's command line loads :data:`PLAN`'s file as PLAN: the runs of these tests train on the CPU."""
+    monkeypatch.setattr(grid, "load_plan", lambda path, **kwargs: replace(load_plan(path, **kwargs), resolved={}))
 
 
 def test_a_round_is_every_arm_of_its_seeds_with_the_plans_recipe():
@@ -148,10 +156,14 @@ def test_a_file_where_a_folder_goes_or_a_garbage_manifest_is_one_line_before_the
     assert not loads
 
 
-def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(monkeypatch):
+def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(tmp_path, capsys, monkeypatch, loads):
     """v4 judges only bf16 runs on a CUDA device: --device cpu, or auto on a machine without CUDA, is one line
-    naming the flag (main makes it exit code 2); cuda and cuda:N pass; v3 pinned no device."""
-    v4 = load_plan(PLAN_V4_PATH)
+    naming the flag and exit code 2, before any data or folder; cuda and cuda:N pass; v3 pinned no device."""
+    monkeypatch.setattr(grid, "load_plan", load_plan)  # the plan as registered
+    refused(["--out", str(tmp_path / "out"), "--device", "cpu"], capsys, "--device 'cpu' resolves to cpu",
+            "judges only runs on cuda in bf16")
+    assert not (tmp_path / "out").exists() and not loads
+    v4 = load_plan()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for device in ("cpu", "auto", "mps"):
         with pytest.raises(ValueError, match=f"--device '{device}' resolves to .* judges only runs on cuda in bf16"):
@@ -160,7 +172,7 @@ def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(monke
         grid.check_resolved(v4, device)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     grid.check_resolved(v4, "auto")
-    grid.check_resolved(PLAN, "cpu")
+    grid.check_resolved(load_plan(PLAN_V3_PATH, check_git=False), "cpu")
 
 
 def test_the_grid_refuses_an_unregistered_plan(tmp_path, capsys):
