@@ -29,11 +29,8 @@ spec.loader.exec_module(grid)
 #: (test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device checks the pin).
 PLAN = replace(load_plan(), resolved={})
 
-
-@pytest.fixture(autouse=True)
-def on_the_cpu(monkeypatch):
-    """The grid's command line loads :data:`PLAN`'s file as PLAN: the runs of these tests train on the CPU."""
-    monkeypatch.setattr(grid, "load_plan", lambda path, **kwargs: replace(load_plan(path, **kwargs), resolved={}))
+#: ... and as the grid's command line loads it here (this file's own copy of the module): without the pin.
+grid.load_plan = lambda path, **kwargs: replace(load_plan(path, **kwargs), resolved={})
 
 
 def test_a_round_is_every_arm_of_its_seeds_with_the_plans_recipe():
@@ -159,7 +156,7 @@ def test_a_file_where_a_folder_goes_or_a_garbage_manifest_is_one_line_before_the
 def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(tmp_path, capsys, monkeypatch, loads):
     """v4 judges only bf16 runs on a CUDA device: --device cpu, or auto on a machine without CUDA, is one line
     naming the flag and exit code 2, before any data or folder; cuda and cuda:N pass; v3 pinned no device."""
-    monkeypatch.setattr(grid, "load_plan", load_plan)  # the plan as registered
+    monkeypatch.setattr(grid, "load_plan", load_plan)  # the plan as registered, with its pin
     refused(["--out", str(tmp_path / "out"), "--device", "cpu"], capsys, "--device 'cpu' resolves to cpu",
             "judges only runs on cuda in bf16")
     assert not (tmp_path / "out").exists() and not loads
