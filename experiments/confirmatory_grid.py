@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan (v3), in seed-complete rounds.
+"""Chapter 6's confirmatory grid: exactly the runs of the registered analysis plan (v4), in seed-complete rounds.
 
     PYTHONPATH=src python experiments/confirmatory_grid.py --data cifar10-jpeg.tar.gz --data-root /tmp/explr-data
     PYTHONPATH=src python experiments/confirmatory_grid.py ... --resume        # continue an interrupted grid
     PYTHONPATH=src python experiments/confirmatory_grid.py --dry-run          # seconds, on the CPU
 
-The plan (:data:`explr.book.registration.PLAN_V3_PATH`) names the arms (schedule, momentum corrections), the seeds and
-the recipe (``config``).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
+The plan (:data:`explr.book.registration.PLAN_V4_PATH`) names the arms (schedule, momentum corrections), the seeds,
+the recipe (``config``) and, from v4, what its runs must resolve to (``resolved``: bf16 on a CUDA device; the
+grid refuses to start where ``--device`` resolves to another type, since such runs would not be judged).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when each of its runs finished or was
 declared missing, so a grid stopped anywhere holds whole runs of closed seeds, plus at most one round of runs that
 ``--resume`` finishes.  A run never stops early on purpose (no deadline); a round in which a run did not finish
@@ -14,10 +15,11 @@ stops the grid after it, once its failures are recorded, with the worst exit cod
 (:class:`explr.cifar10.Status`, as ``python -m explr.cifar10`` returns it: 3 diverged, 4 a run folder taken by
 another process, 5 a worker failed, 6 a full disk; 0 when every run finished).
 
-Failed runs (the plan's ``missing_runs`` rule).  A run that diverged (the engine's status "diverged": a non-finite
-or exploding loss), whose worker failed (status "failed": the pool saw it exit with another code) or whose process
-died without recording its end (its manifest still says "running" and no process holds its lock: a crash, a lost
-machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a stopped grid left so, when ``--resume``
+Failed runs (the plan's ``missing_runs`` rule, written once in :mod:`explr.book.judging` and registered with v4:
+:func:`~explr.book.judging.failure`, :func:`~explr.book.judging.declared_missing`).  A run that diverged (the
+engine's status "diverged": a non-finite or exploding loss), whose worker failed (status "failed": the pool saw it
+exit with another code) or whose process died without recording its end (its manifest still says "running" and no
+process holds its lock: a crash, a lost machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a stopped grid left so, when ``--resume``
 starts) its run folder is moved, whole (one rename), to
 ``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/`` with ``attempt.json`` (``{"status", "message"}``,
 written atomically into the folder before it is moved, so that a grid killed in between records it again, once);
@@ -42,7 +44,7 @@ failures.
 
 Runs of corrections "all" train into ``<out>/main/<schedule>/seed<k>``, the others into
 ``<out>/ablation-<corrections>/...`` (the layout of ``results/cifar10-full``), each with its manifest, whose
-``started`` time :func:`explr.book.stats.split_runs` compares with the plan's registration.  The grid refuses a
+``started`` time :func:`explr.book.judging.split_runs` compares with the plan's registration.  The grid refuses a
 plan that is not registered (its runs would judge nothing) or was edited (:func:`~explr.book.registration.load_plan`).
 
 Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
@@ -79,8 +81,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from explr.book.registration import PLAN_V3_PATH, AnalysisPlan, load_plan
-from explr.book.stats import complete_seeds, count_by_arm, open_runs
+import torch
+
+from explr.book.judging import ATTEMPTS, FAILURES, declared_missing, failure, open_runs
+from explr.book.registration import PLAN_V4_PATH, AnalysisPlan, load_plan
+from explr.book.stats import complete_seeds, count_by_arm
 from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
                            run_plan, train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
@@ -91,17 +96,13 @@ from explr.cifar10.preflight import check_before_data
 from explr.params import Int, Text
 
 #: the dry run's recipe: everything small, on the CPU (decays at epoch 1 of 2, so each schedule has a phase change).
-DRY_RUN = dict(epochs=2, depth=8, batch_size=32, decay_epochs=[1], device="cpu", threads=1, eval_batch_size=64,
-               log_every=2)
+DRY_RUN = dict(epochs=2, depth=8, batch_size=32, decay_epochs=[1], device="cpu", precision="fp32", threads=1,
+               eval_batch_size=64, log_every=2)
 DRY_IMAGES = (160, 40)  # synthetic training and test images: 5 steps per epoch
 #: the engine's settings that the grid takes from its command line (the plan gives the recipe).
 MACHINE = ("data", "data_root", "device")
 #: the rule of --seeds-at-once and --rounds.
 COUNT = Int(1)
-#: attempts a run gets before it is declared missing (the plan's ``missing_runs``: "up to 3 attempts in all").
-ATTEMPTS = 3
-#: the statuses of a run's result that make it a failed attempt (the others: finished, or stopped from outside).
-FAILURES = (Status.DIVERGED, Status.FAILED)
 #: under ``--out``: the failed attempts' folders, and the runs declared missing (module docstring).
 FAILED, MISSING, ATTEMPT = "failed", "missing.json", "attempt.json"
 
@@ -167,31 +168,21 @@ def read_attempt(path: Path) -> dict:
 
 
 def _failure(folder: Path, result: RunResult | None) -> dict | None:
-    """``{"status", "message"}`` if the run in ``folder`` is a failed attempt (module docstring), else ``None``.
-    ``result``: what this grid's round said of it (``None``: the run folder alone tells).  A finished run is none,
-    whatever its worker's exit code."""
+    """``{"status", "message"}`` if the run in ``folder`` is a failed attempt (:func:`explr.book.judging.failure`),
+    else ``None``.  ``result``: what this grid's round said of it (``None``: the run folder alone tells)."""
     manifest = read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
-    if manifest.get("status") == Status.FINISHED:
-        return None
-    if (folder / ATTEMPT).is_file():  # being set aside when the grid stopped
+    if manifest.get("status") != Status.FINISHED and (folder / ATTEMPT).is_file():  # being set aside at a stop
         return read_attempt(folder / ATTEMPT)
     if result is not None:
-        return {"status": str(result.status), "message": result.message} if result.status in FAILURES else None
-    if manifest.get("status") == Status.DIVERGED:
-        return {"status": str(Status.DIVERGED), "message": manifest.get("message", "")}
-    if manifest.get("status") == Status.RUNNING and not lock_holder(folder)[1]:
-        return {"status": str(Status.FAILED),
-                "message": "its process ended without recording how (a crash, a lost machine or SIGKILL): its "
-                           f"manifest still said 'running' after {manifest.get('epochs_done', 0)} epochs and no "
-                           "process held its lock"}
-    return None
+        return failure(manifest, str(result.status), result.message)
+    return failure(manifest, locked=manifest.get("status") == Status.RUNNING and lock_holder(folder)[1])
 
 
-def _set_aside(folder: Path, home: Path, failure: dict) -> None:
+def _set_aside(folder: Path, home: Path, record: dict) -> None:
     """Move the failed run ``folder`` (created where the failure left none) to the next ``home/attempt<N>``, with
     ``attempt.json`` written into it first: a grid stopped in between finds the record in the run folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_file(folder / ATTEMPT, lambda f: f.write((json.dumps(failure, indent=2) + "\n").encode()))
+    write_file(folder / ATTEMPT, lambda f: f.write((json.dumps(record, indent=2) + "\n").encode()))
     home.mkdir(parents=True, exist_ok=True)
     folder.rename(home / f"attempt{max((n for n, _ in _attempt_folders(home)), default=0) + 1}")
 
@@ -203,14 +194,11 @@ def record_failures(plan: AnalysisPlan, out, runs=(), results=None) -> list[dict
     :data:`ATTEMPTS` failed attempts, each with its attempts."""
     for (_, experiment, schedule, seed), result in zip(runs, results or [None] * len(runs)):
         folder = run_dir(Path(out) / experiment, schedule, seed)
-        failure = _failure(folder, result)
-        if failure is not None:
-            _set_aside(folder, _attempts_home(out, experiment, schedule, seed), failure)
-    missing = []
-    for arm, experiment, schedule, seed in _arm_runs(plan, plan.seeds):
-        attempts = failed_attempts(out, experiment, schedule, seed)
-        if len(attempts) >= ATTEMPTS:
-            missing.append({"arm": arm, "seed": seed, "attempts": attempts})
+        failed = _failure(folder, result)
+        if failed is not None:
+            _set_aside(folder, _attempts_home(out, experiment, schedule, seed), failed)
+    missing = declared_missing({(arm, seed): failed_attempts(out, experiment, schedule, seed)
+                                for arm, experiment, schedule, seed in _arm_runs(plan, plan.seeds)})
     path, text = Path(out) / MISSING, json.dumps({"missing": missing}, indent=2) + "\n"
     if (missing or path.is_file()) and not (path.is_file() and path.read_text() == text):
         write_file(path, lambda f: f.write(text.encode()))
@@ -266,7 +254,7 @@ def train_grid(plan: AnalysisPlan, out, *, arrays, resume: bool = False, jobs: i
 
 def closed_seeds(plan: AnalysisPlan, out, missing) -> list[int]:
     """The plan's seeds of which every arm has a finished run under ``out`` or is declared ``missing``
-    (:func:`explr.book.stats.open_runs`, the rule by which chapter 6 closes the grid)."""
+    (:func:`explr.book.judging.open_runs`, the rule by which chapter 6 closes the grid)."""
     still_open = {k for _, k in open_runs(plan, grid_runs(plan, out), [(m["arm"], m["seed"]) for m in missing])}
     return [k for k in plan.seeds if k not in still_open]
 
@@ -280,7 +268,7 @@ def _check(ok: bool, what: str) -> None:
 def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
     """The grid's logic on :data:`DRY_RUN` (module docstring), in ``out`` or a temporary folder.  Returns the runs
     per arm; raises ``RuntimeError`` naming the first rule that failed."""
-    tiny = replace(plan, seeds=plan.seeds[:2], config={**plan.config, **DRY_RUN},
+    tiny = replace(plan, seeds=plan.seeds[:2], config={**plan.config, **DRY_RUN}, resolved={},
                    data={"n_train": DRY_IMAGES[0], "n_test": DRY_IMAGES[1]})  # complete_seeds checks the recipe
     arrays = make_synthetic(n_train=DRY_IMAGES[0], n_test=DRY_IMAGES[1], seed=0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -307,6 +295,16 @@ def dry_run(plan: AnalysisPlan, out=None) -> dict[str, int]:
         _check(all(len(r["metrics"]["test_acc"]) == DRY_RUN["epochs"] for r in runs),
                "every run (the interrupted one too) has all its epochs")
         return count_by_arm(runs)
+
+
+def check_resolved(plan: AnalysisPlan, device: str) -> None:
+    """``ValueError`` (one line) unless ``device`` (``--device``; ``auto``: CUDA if available) is of the device type
+    the plan's runs must resolve to (``plan.resolved``, v4): a run resolved otherwise would not be judged."""
+    want = plan.resolved.get("device")
+    got = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device.split(":")[0]
+    if want is not None and got != want:
+        raise ValueError(f"--device {device!r} resolves to {got}, but {plan.path.name} judges only runs on {want} "
+                         f"in {plan.resolved['precision']}: the grid starts no run that would not be judged")
 
 
 def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) -> list[TrainConfig]:
@@ -336,13 +334,13 @@ def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) ->
 def build_parser() -> argparse.ArgumentParser:
     ap = CommandLineParser(prog="confirmatory_grid.py", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", default=str(PLAN_V3_PATH), type=argument_type("plan", Text("a plan file")),
-                    help="the registered analysis plan (default: v3)")
+    ap.add_argument("--plan", default=str(PLAN_V4_PATH), type=argument_type("plan", Text("a plan file")),
+                    help="the registered analysis plan (default: v4)")
     ap.add_argument("--out", default="results/cifar10-confirmatory", type=argument_type("out", FOLDER),
                     help="folder of the grid's runs")
     add_config_arguments(ap, names=MACHINE)  # as python -m explr.cifar10 takes them
     ap.add_argument("--resume", action="store_true", help="continue the runs already under --out")
-    arms = len(json.loads(PLAN_V3_PATH.read_text())["arms"])
+    arms = len(json.loads(PLAN_V4_PATH.read_text())["arms"])
     ap.add_argument("--seeds-at-once", type=argument_type("seeds_at_once", COUNT), default=2,
                     help=f"seeds per round (a round trains every arm of each; default 2: {2 * arms} runs at once with "
                          f"the default plan's {arms} arms)")
@@ -375,6 +373,7 @@ def main(argv=None) -> int:
     jobs = args.jobs or min(len(plan.arms) * min(args.seeds_at_once, len(plan.seeds)), MAX_JOBS)
     with handle_signals():
         try:
+            check_resolved(plan, args.device)
             configs = check_grid(plan, args.out, resume=args.resume, jobs=jobs, **common)
             arrays = load_cifar10(args.data, args.data_root, progress=args.progress,
                                   batch_size=max(c.batch_size for c in configs))

@@ -1,5 +1,5 @@
-"""explr.book.registration: chapter 6's analysis plans (v1, v2 superseded; v3) and their registration -- the plan
-files, the record of their sha256 and commit, the decision code's hash, and the check against git."""
+"""explr.book.registration: chapter 6's analysis plans (v1, v2 superseded; v3; v4) and their registration -- the
+plan files, the record of their sha256 and commit, the hashes of the code that judges, and the check against git."""
 import dataclasses
 import hashlib
 import json
@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 
 import explr.book.registration as reg
-from explr.book.registration import (DECISION_CODE_PATH, PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, REGISTRATIONS_PATH,
-                                     PlanError, load_plan, parse_utc)
+from explr.book.registration import (CODE_DIR, JUDGING_CODE, PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, PLAN_V4_PATH,
+                                     REGISTRATIONS_PATH, PlanError, load_plan, parse_utc)
 from explr.cifar10.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = load_plan(PLAN_PATH)
 PLAN2 = load_plan(PLAN_V2_PATH)
-PLAN3 = load_plan()
+PLAN3 = load_plan(PLAN_V3_PATH)
+PLAN4 = load_plan()
 
 
 # ----------------------------------------------------------------------------- plans v1 and v2 (superseded)
@@ -78,7 +79,7 @@ SEED_SENTENCES = {  # Li & Arora's own words, as /work/shared/seeds gives them
 
 def test_the_v3_plan_follows_the_paper_and_needs_only_its_arms():
     raw = json.loads(PLAN_V3_PATH.read_text())
-    assert PLAN3.version == 3 and PLAN3.alpha == 0.05 and PLAN3.registration is not None
+    assert PLAN3.version == 3 and PLAN3.alpha == 0.05 and PLAN3.registration is None  # superseded by v4
     assert [c.id for c in PLAN3.family] == ["C1", "C2", "C4"]
     assert {c.id: c.hypothesis for c in PLAN3.family} == {"C1": "equivalent", "C2": "equivalent", "C4": "a better"}
     assert [c.id for c in PLAN3.claims if c.role == "exploratory"] == ["C3", "C5"]
@@ -126,42 +127,112 @@ def test_an_edited_plan_is_refused_and_an_unchanged_copy_loads(tmp_path):
 
 
 def test_a_changed_decision_rule_is_refused(tmp_path, monkeypatch):
-    """The registration holds the sha256 of verdicts.py: one changed character of the rule (α's comparison made
+    """v3's registration holds the sha256 of verdicts.py: one changed character of the rule (α's comparison made
     <=) and the plan no longer loads."""
-    edited = tmp_path / DECISION_CODE_PATH.name
-    code = DECISION_CODE_PATH.read_bytes()
+    code = (CODE_DIR / "verdicts.py").read_bytes()
     assert code.count(b"c < alpha") == 1
-    edited.write_bytes(code.replace(b"c < alpha", b"c <= alpha"))
-    monkeypatch.setattr(reg, "DECISION_CODE_PATH", edited)
-    with pytest.raises(PlanError, match="decision code"):
-        load_plan()
-    monkeypatch.setattr(reg, "DECISION_CODE_PATH", tmp_path / "missing.py")
+    (tmp_path / "verdicts.py").write_bytes(code.replace(b"c < alpha", b"c <= alpha"))
+    monkeypatch.setattr(reg, "CODE_DIR", tmp_path)
+    with pytest.raises(PlanError, match="verdicts.py: sha256 .* registered with analysis_plan_v3.json"):
+        load_plan(PLAN_V3_PATH)
+    (tmp_path / "verdicts.py").unlink()
     with pytest.raises(PlanError, match="cannot read"):
-        load_plan()
-    assert load_plan(PLAN_V2_PATH).version == 2  # v2 registered no decision code
+        load_plan(PLAN_V3_PATH)
+    assert load_plan(PLAN_V2_PATH).version == 2  # v2 registered no code
+
+
+def _v4_record(code_dir=CODE_DIR, files=JUDGING_CODE):
+    """A registration of v4 as its record will hold it: the plan's and each judging file's sha256."""
+    sha = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
+    return {"plans": {PLAN_V4_PATH.name: {
+        "sha256": sha(PLAN_V4_PATH), "commit": "4" * 40, "committed": "2026-12-04T21:00:00+00:00",
+        "judging_code": [{"file": name, "sha256": sha(code_dir / name)} for name in files]}}}
+
+
+@pytest.mark.parametrize("name", JUDGING_CODE)
+def test_v4_refuses_an_edit_to_any_file_on_the_judging_path(name, tmp_path, monkeypatch):
+    """v4's record hashes verdicts.py, judging.py and registration.py: one character added to any of them (an
+    edited copy, read where load_plan reads the code) and v4 no longer loads; the unedited copies load."""
+    registry = tmp_path / "registrations.json"
+    registry.write_text(json.dumps(_v4_record()))
+    copies = tmp_path / "book"
+    copies.mkdir()
+    for each in JUDGING_CODE:
+        shutil.copyfile(CODE_DIR / each, copies / each)
+    monkeypatch.setattr(reg, "CODE_DIR", copies)
+    plan = load_plan(PLAN_V4_PATH, registry, check_git=False)
+    assert dict(plan.registration.code) == {e["file"]: e["sha256"]
+                                            for e in _v4_record()["plans"][PLAN_V4_PATH.name]["judging_code"]}
+    (copies / name).write_bytes((copies / name).read_bytes() + b"\n")
+    with pytest.raises(PlanError, match=f"{name}: sha256 .* registered with {PLAN_V4_PATH.name}; registered code"):
+        load_plan(PLAN_V4_PATH, registry, check_git=False)
+
+
+def test_a_v4_record_must_hash_the_whole_judging_path(tmp_path):
+    registry = tmp_path / "registrations.json"
+    registry.write_text(json.dumps(_v4_record(files=("verdicts.py",))))  # v3's protection only
+    with pytest.raises(PlanError, match="hashes \\['verdicts.py'\\], not the judging path"):
+        load_plan(PLAN_V4_PATH, registry, check_git=False)
+
+
+def test_the_v4_plan_is_v3_with_its_recipe_pinned_and_its_reasons_fixed():
+    """The same claims, hypotheses, roles, arms, seeds, α, δ and power table as v3; precision "bf16" (no "auto")
+    in config and resolved, on a CUDA device; no epoch count of the paper's, δ as a chosen effect of interest."""
+    raw = json.loads(PLAN_V4_PATH.read_text())
+    assert PLAN4.version == 4 and PLAN4.path == PLAN_V4_PATH and PLAN4.registration is not None
+    same = ("claims", "arms", "seeds", "alpha", "margin", "data", "missing_runs")
+    assert all(getattr(PLAN4, k) != getattr(PLAN3, k) for k in ("claims", "missing_runs"))  # questions, rule's home
+    assert [(c.id, c.a, c.b, c.hypothesis, c.role, c.source) for c in PLAN4.claims] == [
+        (c.id, c.a, c.b, c.hypothesis, c.role, c.source) for c in PLAN3.claims]
+    assert all(getattr(PLAN4, k) == getattr(PLAN3, k) for k in same if k not in ("claims", "missing_runs"))
+    assert PLAN4.missing_runs.startswith(PLAN3.missing_runs)
+    assert PLAN4.config == {**PLAN3.config, "precision": "bf16"} and PLAN3.config["precision"] == "auto"
+    assert PLAN4.resolved == {"precision": "bf16", "device": "cuda"}
+    text = json.dumps(raw)
+    assert "200" not in " ".join(c.question for c in PLAN4.claims) and "roughly 200" not in raw["scope"]
+    assert "resolution" not in raw["margin_criterion"] and "smallest effect of interest" in raw["margin_criterion"]
+    assert "judging.py" in raw["registered"] and "seeds_needed" not in text
+    for reason in ("supersedes", "scope", "config_reason", "resolved_reason", "margin_criterion"):
+        assert len(raw[reason]) > 150, reason
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"resolved": {"precision": "auto", "device": "cuda"}}, "not 'auto'"),
+    ({"resolved": {"precision": "fp32", "device": "cuda"}}, "as config states it"),
+    ({"resolved": {"precision": "bf16"}}, "'resolved' has no 'device'"),
+    ({"resolved": {"precision": "bf16", "device": "cuda", "threads": 1}}, "nothing else"),
+    ({"resolved": "bf16"}, "'resolved' must be a JSON object"),
+])
+def test_a_v4_plan_must_pin_its_resolved_recipe(change, match, tmp_path):
+    path = _malformed(tmp_path, {**json.loads(PLAN_V4_PATH.read_text()), **change})
+    with pytest.raises(PlanError, match=match):
+        load_plan(path, registrations=tmp_path / "none.json")
 
 
 def test_the_registration_record_matches_the_plan_files():
     record = json.loads(REGISTRATIONS_PATH.read_text())["plans"]
-    assert record.keys() == {PLAN_PATH.name, PLAN_V2_PATH.name, PLAN_V3_PATH.name}
-    for path in (PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH):
+    assert record.keys() == {PLAN_PATH.name, PLAN_V2_PATH.name, PLAN_V3_PATH.name, PLAN_V4_PATH.name}
+    for path in (PLAN_PATH, PLAN_V2_PATH, PLAN_V3_PATH, PLAN_V4_PATH):
         assert record[path.name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert record[PLAN_PATH.name]["commit"] is None and PLAN.registration is None
-    reg = PLAN3.registration
-    assert reg.commit == record[PLAN_V3_PATH.name]["commit"]
-    assert reg.decision_code == hashlib.sha256(DECISION_CODE_PATH.read_bytes()).hexdigest()
-    assert record[PLAN_V3_PATH.name]["decision_code"] == {"file": "verdicts.py", "sha256": reg.decision_code}
+    verdicts = hashlib.sha256((CODE_DIR / "verdicts.py").read_bytes()).hexdigest()
+    assert record[PLAN_V3_PATH.name]["decision_code"] == {"file": "verdicts.py", "sha256": verdicts}
+    assert record[PLAN_V3_PATH.name]["superseded_by"] == PLAN_V4_PATH.name and PLAN3.registration is None
+    reg = PLAN4.registration
+    assert reg.commit == record[PLAN_V4_PATH.name]["commit"] and [name for name, _ in reg.code] == list(JUDGING_CODE)
+    assert dict(reg.code) == {name: hashlib.sha256((CODE_DIR / name).read_bytes()).hexdigest()
+                              for name in JUDGING_CODE}
 
 
-@pytest.mark.parametrize("path", [PLAN_V2_PATH, PLAN_V3_PATH])
+@pytest.mark.parametrize("path", [PLAN_V2_PATH, PLAN_V3_PATH, PLAN_V4_PATH])
 def test_git_history_shows_each_plan_committed_once_by_its_recorded_commit_at_its_recorded_time(path):
     """The registration is the commit that added the plan: its only commit (an edit would add one), whose
     committer time is the recorded one to the second, and whose file has the recorded sha256; v3's decision code
-    was committed, unchanged since, before it."""
+    and v4's judging code were committed, unchanged since, before it."""
     if not (ROOT / ".git").exists() or _git("rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("needs a full git clone (a shallow one has no history): actions/checkout with fetch-depth: 0")
     rel = path.relative_to(ROOT).as_posix()
-    log = _git("log", "--follow", "--format=%H %cI", "--", rel).splitlines()
+    log = _git("log", "--format=%H %cI", "--", rel).splitlines()  # not --follow: v4 reads as a copy of v3
     assert len(log) == 1, f"{rel} has {len(log)} commits; a registered plan is never edited: {log}"
     commit, when = log[0].split()
     record = json.loads(REGISTRATIONS_PATH.read_text())["plans"][path.name]
@@ -169,10 +240,11 @@ def test_git_history_shows_each_plan_committed_once_by_its_recorded_commit_at_it
     assert _git("show", "--format=", "--name-only", commit).splitlines() == [rel]  # the plan alone
     blob = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, check=True).stdout
     assert hashlib.sha256(blob).hexdigest() == record["sha256"]
-    if path == PLAN_V3_PATH:
-        code = DECISION_CODE_PATH.relative_to(ROOT).as_posix()
-        blob = subprocess.run(["git", "show", f"{commit}:{code}"], cwd=ROOT, capture_output=True, check=True).stdout
-        assert hashlib.sha256(blob).hexdigest() == PLAN3.registration.decision_code
+    for entry in record.get("judging_code") or ([record["decision_code"]] if "decision_code" in record else []):
+        rel = (CODE_DIR / entry["file"]).relative_to(ROOT).as_posix()
+        blob = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, check=True).stdout
+        assert hashlib.sha256(blob).hexdigest() == entry["sha256"] == hashlib.sha256(
+            (ROOT / rel).read_bytes()).hexdigest(), rel
 
 
 def _repository(tmp_path, plan_bytes, *extra):
@@ -277,7 +349,7 @@ CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
     ({**V3, "seeds": "100"}, "'seeds' must be a list"),
     ({**V3, "seeds": [100, 100]}, "seeds must be at least"),
     ({**V3, "power": None}, "'power' must be a JSON object"),
-    ({**V3, "version": 4}, "'version' must be 1, 2 or 3"),
+    ({**V3, "version": 5}, "'version' must be 1, 2, 3 or 4"),
     ({**V3, "test": "welch"}, "implements test 'paired'"),
     ({k: v for k, v in V3.items() if k != "missing_runs"}, "has no 'missing_runs'"),
     ({**V3, "power": {**V3["power"], "sd": "0.4"}}, "the plan's power's 'sd' must be a number"),

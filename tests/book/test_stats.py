@@ -1,8 +1,7 @@
-"""explr.book.stats: chapter 6's statistics -- the summaries of runs, the Welch/TOST/Holm rule of plans v1/v2 and the
-decisions of v3, the power analysis that sizes v3, which runs a plan judges, and the grid's cost.  The plans
-themselves: test_registration.py; v3's decision rule: test_verdicts.py; the time-series fits: test_fits.py."""
+"""explr.book.stats: chapter 6's statistics outside the judging path -- Welch's interval, the power analysis that
+sizes plans v2-v4 (v1/v2's Welch/TOST/Holm rule, v3's paired rule), the pilot's spread, the grid's progress and
+cost.  The plans: test_registration.py; the decision rule: test_verdicts.py; runs to verdicts: test_judging.py."""
 import dataclasses
-import datetime as dt
 import json
 from pathlib import Path
 
@@ -12,50 +11,23 @@ from scipy import integrate, stats
 
 import explr.book.verdicts as rule
 from explr.book.registration import PLAN_PATH, PLAN_V2_PATH, Claim, load_plan
-from explr.book.stats import (TRAIN_IMAGES, complete_seeds, count_by_arm, decide, grid_cost, judge, open_runs,
-                              pooled_sd, power, power_table, seeds_needed, split_runs, summarise, throughput, welch)
-from explr.book.verdicts import holm
+from explr.book.judging import summarise
+from explr.book.registration import PLAN_V3_PATH
+from explr.book.stats import TRAIN_IMAGES, complete_seeds, count_by_arm, grid_cost, pooled_sd, power, throughput, welch
+from test_judging import grid_run, run
 
 ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "results" / "cifar10-full"
 PLAN = load_plan(PLAN_PATH)
 PLAN2 = load_plan(PLAN_V2_PATH)
-PLAN3 = load_plan()
-
-
-# ----------------------------------------------------------------------------- verdicts (both plans' rule)
-def run(schedule, seed, acc, **manifest):
-    out = {"schedule": schedule, "seed": seed, "metrics": {"test_acc": np.asarray(acc, dtype=float)}}
-    return {**out, "manifest": manifest} if manifest else out
+PLAN3 = load_plan(PLAN_V3_PATH)
+PLAN4 = load_plan()
 
 
 def summaries(**finals):
     """Summaries of arms with the given final accuracies (one per seed)."""
     return summarise([run(s.replace("_", "-"), i, [0.1, v]) for s, values in finals.items()
                       for i, v in enumerate(values)])
-
-
-def plan_with(*claims, plan=PLAN, **changes):
-    return dataclasses.replace(plan, claims=tuple(Claim(f"X{i}", a, b, h, "test", *role) for i, (a, b, h, *role) in
-                                                  enumerate(claims)), **changes)
-
-
-BASE = np.full(5, 0.82)
-NOISE = np.array([0.001, -0.002, 0.0015, -0.0005, 0.0])  # seed-to-seed spread 0.14 points, below the margin
-
-
-def test_summarise_takes_the_final_epoch_of_each_seed_and_names_arms_by_their_corrections():
-    s = summarise([run("step", 1, [0.1, 0.6]), run("step", 0, [0.1, 0.5]), run("texp", 0, [0.2, 0.7])])
-    assert s["step"].seeds == (0, 1) and list(s["step"].final) == [0.5, 0.6]
-    assert s["step"].mean == pytest.approx(0.55) and s["step"].std == pytest.approx(np.std([0.5, 0.6], ddof=1))
-    assert s["texp"].std == 0.0 and s["texp"].epochs == 2
-    ablation = run("texp", 0, [0.3], config={"schedule": "texp", "corrections": "none"})
-    assert list(summarise([ablation, run("texp", 0, [0.4])])) == ["texp-none", "texp"]
-
-
-def test_summarise_refuses_mixed_lengths():
-    with pytest.raises(ValueError, match="different numbers of epochs"):
-        summarise([run("step", 0, [0.1, 0.5]), run("step", 1, [0.1])])
 
 
 def test_welch_matches_scipy_and_tost_is_the_90_percent_interval_inside_the_margin():
@@ -76,56 +48,7 @@ def test_welch_matches_scipy_and_tost_is_the_90_percent_interval_inside_the_marg
         welch([0.8], [0.8, 0.7], 0.005)
 
 
-@pytest.mark.parametrize("shift, verdict, bearing", [
-    (0.0, "equivalent", "supports"),      # the twins agree
-    (0.03, "different", "contradicts"),   # twins that differ contradict the claim
-    (-0.03, "different", "contradicts"),
-])
-def test_equivalence_claims_are_confirmed_and_refuted_by_the_same_rule(shift, verdict, bearing):
-    s = summaries(texp=BASE + shift + NOISE, step=BASE + NOISE[::-1])
-    [v] = judge(plan_with(("texp", "step", "equivalent")), s)
-    assert (v.verdict, v.bearing) == (verdict, bearing)
-    assert f"{100 * v.stats.difference:+.2f}" in v.sentence and "Holm-adjusted" in v.sentence
-
-
-@pytest.mark.parametrize("shift, bearing", [(0.03, "supports"), (-0.03, "contradicts")])
-def test_a_directional_claim_uses_the_two_sided_test_both_ways(shift, bearing):
-    s = summaries(cosine=BASE + shift + NOISE, step=BASE)
-    [v] = judge(plan_with(("cosine", "step", "a better")), s)
-    assert v.verdict == "different" and v.bearing == bearing
-    assert ("better" if shift > 0 else "worse") in v.sentence
-
-
-def test_below_the_minimum_seeds_a_claim_is_not_tested_and_shows_its_interval():
-    s = summaries(cosine=BASE[:4] + 0.05, step=BASE)  # a large effect, but 4 < 5 seeds
-    [v] = judge(plan_with(("cosine", "step", "a better")), s)
-    assert v.verdict == "not tested" and not v.tested and v.p_difference is None
-    assert v.sentence.startswith("not tested (n = 4 < 5)") and "95 % CI" in v.sentence
-    assert v.stats.ci95[0] > 0  # the interval is there, the verdict is withheld
-
-
-def test_holm_makes_a_larger_family_more_conservative_and_exploratory_claims_stay_outside_it():
-    """A difference that one test alone calls significant (raw p ≈ 0.02) is not, once adjusted among six tests;
-    the same two claims marked exploratory leave it alone."""
-    s = summaries(texp=BASE + 0.0024 + NOISE, step=BASE + NOISE[::-1], cosine=BASE + NOISE,
-                  cosine_texp=BASE + NOISE[::-1])
-    alone = judge(plan_with(("texp", "step", "none")), s)[0]
-    crowded = judge(plan_with(("texp", "step", "none"), ("cosine", "step", "none"),
-                              ("cosine-texp", "cosine", "none")), s)[0]
-    assert alone.stats.p_difference == crowded.stats.p_difference < 0.05
-    assert alone.p_difference < 0.05 < crowded.p_difference
-    aside = judge(plan_with(("texp", "step", "none"), ("cosine", "step", "none", "exploratory"),
-                            ("cosine-texp", "cosine", "none", "exploratory")), s)
-    assert aside[0].p_difference == alone.p_difference
-    assert aside[1].p_difference == aside[1].stats.p_difference and "exploratory, unadjusted" in aside[1].sentence
-
-
-def test_claims_whose_schedules_are_absent_are_left_out():
-    s = summaries(texp=BASE, step=BASE)
-    assert [v.claim.id for v in judge(PLAN, s)] == ["C1"]
-
-
-# ----------------------------------------------------------------------------- plan v3: decisions and power
+# ----------------------------------------------------------------------------- the power analysis
 def pilot_runs():
     from explr.cifar10 import load_runs
 
@@ -149,7 +72,9 @@ def test_the_v3_power_analysis_recomputes_from_the_pilot():
 
     for m in (n - 1, n, n + 1):
         assert close(power(PLAN3, m, **kw), rows[m]), m
-    assert seeds_needed(spec["table"], spec["target"]) == n == len(PLAN3.seeds)
+    powered = [all(v >= spec["target"] for k, v in row.items() if k != "n") for row in spec["table"]]
+    first = [row["n"] for row in spec["table"]].index(n)  # the first n from which on every row is powered
+    assert not powered[first - 1] and all(powered[first:]) and n == len(PLAN3.seeds)
     assert rows[n]["joint"] >= 0.8 > rows[n - 1]["joint"]
     assert all(rows[n][c.id] >= rows[n]["joint"] for c in PLAN3.family)  # joint power is the binding one
     sensitivity = {row["case"]: row for row in spec["sensitivity"]}
@@ -165,52 +90,27 @@ def test_the_v3_power_analysis_recomputes_from_the_pilot():
     assert spread == sorted(spread, reverse=True)  # a larger spread, less power
 
 
-def grid_summaries(shift=None, noise=0.0002, arms=None, seeds=range(100, 106), shared=0.003):
-    """Summaries of v3's arms at 82 % plus ``shift[arm]``, seed-to-seed noise (sd ``shared``) common to every arm of
-    a seed plus a per-run part (sd ``noise``)."""
-    shift = shift or {}
-    rng = np.random.default_rng(1)
-    common = rng.normal(0, shared, len(seeds))
-    runs = [run(arm, k, [0.1, 0.82 + shift.get(arm, 0.0) + common[i] + rng.normal(0, noise)])
-            for arm in (arms or PLAN3.arms) for i, k in enumerate(seeds)]
-    for r in runs:
-        r["manifest"] = {"config": {"schedule": PLAN3.arms[r["schedule"]]["schedule"],
-                                    "corrections": PLAN3.arms[r["schedule"]]["corrections"]}}
-    return summarise(runs)
-
-
-def test_v3_decides_each_claim_by_its_own_test_without_cross_vetoes():
-    """A gain of 0.2 points, far inside the margin and shown with tight pairs: v3 supports the superiority claim
-    (v2 called it 'equivalent' and so contradicted it); two equal arms support equivalence."""
-    out = {d.claim.id: d for d in decide(PLAN3, grid_summaries({"cosine-texp": 0.002, "cosine": 0.002}))}
-    assert out["C4"].supported and out["C1"].supported and out["C2"].supported and out["C3"].supported
-    assert abs(out["C4"].difference - 0.002) < 3e-4 and out["C4"].difference < PLAN3.margin
-    assert out["C4"].sentence.startswith("supported at α = 0.05: cosine-texp better than step")
-    assert "Holm-adjusted" in out["C1"].sentence and "exploratory, unadjusted" in out["C3"].sentence
-    tight = grid_summaries({"cosine-texp": 0.002, "cosine": 0.002}, arms=["step", "cosine-texp", "cosine", "texp"],
-                           shared=0.0)
-    v2 = {v.claim.id: v for v in judge(dataclasses.replace(PLAN2, min_seeds=2), tight)}
-    assert v2["C4"].verdict == "equivalent" and v2["C4"].bearing == "contradicts"  # v2's veto, which v3 removed
-    assert next(d for d in decide(PLAN3, tight) if d.claim.id == "C4").supported
-    worse = {d.claim.id: d for d in decide(PLAN3, grid_summaries({"cosine-texp": -0.01}))}
-    assert not worse["C4"].supported and worse["C4"].p > 0.5
-    assert not worse["C3"].supported and worse["C1"].supported
-
-
-def test_the_family_is_fixed_an_untested_claim_counts_as_not_rejected():
-    """With texp-none missing, C2 is not tested and enters Holm with p = 1: C1's adjusted p is the one of a family
-    of three, not two."""
-    full = {d.claim.id: d for d in decide(PLAN3, grid_summaries(noise=0.001))}
-    short = {d.claim.id: d for d in decide(PLAN3, grid_summaries(noise=0.001, arms=["step", "texp", "cosine-texp",
-                                                                                       "cosine"]))}
-    c2 = short["C2"]
-    assert not c2.tested and not c2.supported and c2.p is None and c2.p_compared == 1.0 and "not tested" in c2.sentence
-    expected = holm([short["C1"].p, 1.0, short["C4"].p])
-    assert short["C1"].p_compared == pytest.approx(expected[0]) and short["C4"].p_compared == pytest.approx(expected[2])
-    assert short["C1"].p_compared > holm([short["C1"].p, short["C4"].p])[0]  # a family of two would be laxer
-    assert short["C1"].p == full["C1"].p
-    with pytest.raises(ValueError, match="decide applies a version-3 plan"):
-        decide(PLAN2, grid_summaries())
+def test_v4_keeps_v3s_power_and_adds_the_joint_power_at_the_pilots_own_estimates():
+    """v4's table and v3's rows are v3's (the same rule); its new rows are power at the pilot's mean differences
+    (C1, C2) and at its pooled s.d. as well as at the 90 % limit, and reproduce; a true C1 difference of +0.12
+    points costs joint power against Δ = 0, and the pilot's smaller spread gives it back."""
+    spec, old = PLAN4.power, PLAN3.power
+    assert spec["table"] == old["table"] and spec["sensitivity"][:len(old["sensitivity"])] == old["sensitivity"]
+    pilot = summarise(pilot_runs()["main"] + pilot_runs()["ablation-none"])
+    est = spec["pilot_estimates"]
+    assert est == {"C1_difference": round(pilot["texp"].mean - pilot["step"].mean, 5),
+                   "C2_difference": round(pilot["texp-none"].mean - pilot["texp"].mean, 5),
+                   "sd": round(pooled_sd(pilot).sd, 5)}
+    rows = sorted((r for r in spec["sensitivity"] if r["C1_difference"] == est["C1_difference"] != 0),
+                  key=lambda r: r["sd"])
+    assert [r["sd"] for r in rows] == [est["sd"], spec["sd"]]
+    for row in rows:
+        means = {**spec["means"], "texp": row["C1_difference"], "texp-none": row["C1_difference"]
+                 + row["C2_difference"]}
+        got = power(PLAN4, spec["n"], sd=row["sd"], means=means, draws=spec["draws"], seed=spec["seed"], rho=0.0)
+        assert all(abs(got[k] - row[k]) <= 1e-3 for k in got), row["case"]
+    at_zero = next(r for r in old["table"] if r["n"] == spec["n"])["joint"]
+    assert rows[1]["joint"] < at_zero < rows[0]["joint"]
 
 
 def test_v3_power_does_not_fall_as_n_grows_and_v2_did():
@@ -275,15 +175,15 @@ def test_a_difference_claim_at_no_effect_supports_its_hypothesis_at_most_half_al
 
 
 def test_the_power_analysis_depends_on_holm_and_on_the_family():
-    """The same inputs with Holm left out (a deliberately wrong rule) or with C1 alone choose a smaller n."""
-    kw = dict(sd=PLAN2.power["sd"], means=PLAN2.power["means"], draws=2_000, seed=0)
-    ns = range(6, 31, 2)
-    n = seeds_needed(power_table(PLAN2, ns, **kw))
+    """The same inputs with Holm left out (a deliberately wrong rule) or with C1 alone give C1 more power."""
+    kw = dict(sd=PLAN2.power["sd"], means=PLAN2.power["means"], draws=4_000, seed=0)
+    n, noise = 14, 3 * np.sqrt(0.25 / 4_000)
+    family = power(PLAN2, n, **kw)["C1"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rule, "holm", lambda p: np.asarray(p))
-        unadjusted = seeds_needed(power_table(PLAN2, ns, **kw))
-    alone = seeds_needed(power_table(dataclasses.replace(PLAN2, claims=PLAN2.claims[:1]), ns, **kw))
-    assert unadjusted < n and alone < n, (n, unadjusted, alone)
+        unadjusted = power(PLAN2, n, **kw)["C1"]
+    alone = power(dataclasses.replace(PLAN2, claims=PLAN2.claims[:1]), n, **kw)["C1"]
+    assert unadjusted > family + noise and alone > family + noise, (family, unadjusted, alone)
 
 
 def test_power_is_deterministic_and_checks_its_inputs():
@@ -293,16 +193,6 @@ def test_power_is_deterministic_and_checks_its_inputs():
                        (dict(sd=0), "sd must be > 0"), (dict(means={"step": 0.0}), "missing")]:
         with pytest.raises(ValueError, match=match):
             power(PLAN2, **{"n": 6, **kw, **bad})
-
-
-def test_seeds_needed_takes_the_n_from_which_on_every_row_is_powered():
-    table = [{"n": 4, "A": 0.5, "B": 0.9}, {"n": 5, "A": 0.81, "B": 0.9}, {"n": 6, "A": 0.79, "B": 0.95},
-             {"n": 7, "A": 0.85, "B": 0.97}]
-    assert seeds_needed(table) == 7 and seeds_needed(table, 0.78) == 5
-    with pytest.raises(ValueError, match="extend the table"):
-        seeds_needed(table, 0.9)
-    with pytest.raises(ValueError, match="target must be in"):
-        seeds_needed(table, 1.0)
 
 
 def test_pooled_sd_and_its_upper_confidence_limit():
@@ -317,59 +207,23 @@ def test_pooled_sd_and_its_upper_confidence_limit():
         pooled_sd(summaries(step=[0.8]))
 
 
-# ----------------------------------------------------------------------------- which runs a plan judges
-def grid_run(arm="step", seed=None, started=None, status="finished", **config):
-    schedule, corrections = PLAN3.arms[arm]["schedule"], PLAN3.arms[arm]["corrections"]
-    when = started or (PLAN3.registration.committed + dt.timedelta(seconds=1)).isoformat()
-    manifest = {"config": {**PLAN3.config, "schedule": schedule, "corrections": corrections, "seed": seed, **config},
-                "data": {**PLAN3.data}, "started": when, "status": status}
-    return run(schedule if corrections == "all" else arm, PLAN3.seeds[0] if seed is None else seed, [0.8],
-               **manifest)
-
-
-def test_split_runs_judges_only_the_grid_started_after_the_registration_second():
-    at = PLAN3.registration.committed
-    good = [grid_run(arm, k) for arm in PLAN3.arms for k in PLAN3.seeds[:2]]
-    bad = [grid_run(started=at.isoformat()),  # in the registration's second: not after it
-           grid_run(started=(at + dt.timedelta(seconds=0.5)).isoformat()),  # still inside it
-           grid_run(started=(at - dt.timedelta(days=1)).isoformat()), grid_run(epochs=200), grid_run(seed=0),
-           grid_run(augment=1),  # 1 is not True
-           grid_run(started=(at + dt.timedelta(hours=1)).astimezone(dt.timezone(dt.timedelta(hours=-5))).isoformat(),
-                    wd=5e-3)]
-    judged, rest = split_runs(PLAN3, good + bad)
-    assert judged == good and rest == bad
-    late_ok = grid_run(started=(at + dt.timedelta(seconds=1)).astimezone(dt.timezone(dt.timedelta(hours=9)))
-                       .isoformat())
-    assert split_runs(PLAN3, [late_ok])[0] == [late_ok]  # another UTC offset, one second later
-    assert split_runs(PLAN, good) == ([], good) and split_runs(PLAN2, good) == ([], good)  # v1, v2 judge nothing
-    assert count_by_arm(judged) == dict.fromkeys(sorted(PLAN3.arms), 2)
-    with pytest.raises(ValueError, match="started must be an ISO time"):
-        split_runs(PLAN3, [grid_run(started="2026-12-02")])
-
-
+# ----------------------------------------------------------------------------- the grid's progress and cost
 def test_complete_seeds_counts_only_finished_runs_of_the_plans_recipe():
-    """The --resume rule: another lr, another number of epochs, other data or an unfinished run is not done."""
-    judged = [grid_run(arm, k) for arm in PLAN3.arms for k in PLAN3.seeds[:2]]
-    assert complete_seeds(PLAN3, judged) == list(PLAN3.seeds[:2])
-    assert complete_seeds(PLAN3, judged[1:]) == [PLAN3.seeds[1]]  # step's first seed missing
-    for other in (dict(lr=0.05), dict(epochs=3), dict(status="running"), dict(status="diverged")):
-        swapped = [grid_run("step", PLAN3.seeds[0], **other)] + judged[1:]
-        assert complete_seeds(PLAN3, swapped) == [PLAN3.seeds[1]], other
+    """The --resume rule: another lr, another number of epochs, other data, a CPU run or an unfinished run is not
+    done."""
+    judged = [grid_run(arm, k) for arm in PLAN4.arms for k in PLAN4.seeds[:2]]
+    assert complete_seeds(PLAN4, judged) == list(PLAN4.seeds[:2])
+    assert complete_seeds(PLAN4, judged[1:]) == [PLAN4.seeds[1]]  # step's first seed missing
+    for other in (dict(lr=0.05), dict(epochs=3), dict(status="running"), dict(status="diverged"),
+                  dict(resolved={"device": "cpu", "precision": "bf16"})):
+        swapped = [grid_run("step", PLAN4.seeds[0], **other)] + judged[1:]
+        assert complete_seeds(PLAN4, swapped) == [PLAN4.seeds[1]], other
     foreign = [dict(r, manifest={**r["manifest"], "data": {"n_train": 10_000, "n_test": 10_000}}) for r in judged]
-    assert complete_seeds(PLAN3, foreign) == []
-    assert open_runs(PLAN3, judged[1:], missing=[("step", PLAN3.seeds[0])])[:1] == [("step", PLAN3.seeds[2])]
-    assert ("step", PLAN3.seeds[0]) in open_runs(PLAN3, judged[1:])
-    assert len(open_runs(PLAN3, [])) == len(PLAN3.arms) * len(PLAN3.seeds)
+    assert complete_seeds(PLAN4, foreign) == []
+    assert count_by_arm(judged) == dict.fromkeys(sorted(PLAN4.arms), 2)
 
 
-def test_the_pilot_is_judged_by_no_plan():
-    runs = [r for group in pilot_runs().values() for r in group]
-    for plan in (PLAN, PLAN2, PLAN3):
-        assert split_runs(plan, runs) == ([], runs)
-    assert count_by_arm(runs) == {"cosine": 2, "cosine-texp": 2, "step": 6, "texp": 6, "texp--": 2, "texp-none": 5}
 
-
-# ----------------------------------------------------------------------------- cost
 def timed(start, stop, epochs):
     return {"manifest": {"started": f"2026-11-30T10:00:{start:02d}+00:00", "updated": f"2026-11-30T10:00:{stop:02d}"
                          "+00:00", "epochs_done": epochs}}

@@ -202,11 +202,14 @@ def test_the_committed_rescaling_experiment_holds_its_claims():
     assert metrics["settings"]["near"] == 1e-6 and "PreResNet-32" in metrics["settings"]["model"]
 
 
-def test_the_committed_48_step_results_read_under_the_estimates_names():
-    """metrics.json predates the rename (its stored summary says "bound"): summarise reads it under the new keys."""
+def test_the_committed_48_step_results_come_from_a_clean_commit_and_hold_their_claims():
+    """results/exact-twins/metrics.json (both pairs, 48 steps, from a clean commit): each exact twin within B_k, each
+    uncorrected twin > 1e6 B_k, no rescaling; the stored summary is what summarise computes from the units."""
     metrics = json.loads((RESULTS / "metrics.json").read_text())
+    assert metrics["machine"]["git"]["dirty"] is False and len(metrics["machine"]["git"]["commit"]) == 40
     summary = summarise(metrics)
+    assert set(summary) == {"step", "cosine"}
     for pair, row in summary.items():
-        assert row["roundoff"] == metrics["summary"][pair]["bound"]
-        assert row["exact_over_roundoff"] == metrics["summary"][pair]["exact_over_bound"] <= 1 and row["rescalings"] == 0
-        assert row["uncorrected_over_roundoff"] == metrics["summary"][pair]["uncorrected_over_bound"] > 1e6
+        assert {k: metrics["summary"][pair][k] for k in row} == row, pair
+        assert row["exact_over_roundoff"] <= 1 and row["agree"] and row["rescalings"] == 0, pair
+        assert row["uncorrected_over_roundoff"] > 1e6, pair

@@ -1,4 +1,4 @@
-"""experiments/confirmatory_grid.py: the registered plan's (v3) grid, built from the plan, in seed-complete rounds;
+"""experiments/confirmatory_grid.py: the registered plan's (v4) grid, built from the plan, in seed-complete rounds;
 the plan's rule for failed runs (started again, declared missing after 3 attempts); its exit code; its dry run
 (tiny recipe, synthetic images, CPU) checks balance and resume on the engine."""
 import errno
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import explr.cifar10.runs as runs_mod
+from explr.book.judging import open_runs, split_runs
 from explr.book.registration import PLAN_V3_PATH, load_plan
-from explr.book.stats import open_runs, split_runs
 from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
 from explr.cifar10 import files
 from explr.cifar10.files import DiskFull
@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("confirmatory_grid", ROOT / "experiments" / "confirmatory_grid.py")
 grid = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(grid)
-PLAN = load_plan(PLAN_V3_PATH)
+#: the registered plan (v4) as these tests train it, on the CPU: without its device and precision pin
+#: (test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device checks the pin).
+PLAN = replace(load_plan(), resolved={})
+
+#: ... and as the grid's command line loads it here (this file's own copy of the module): without the pin.
+grid.load_plan = lambda path, **kwargs: replace(load_plan(path, **kwargs), resolved={})
 
 
 def test_a_round_is_every_arm_of_its_seeds_with_the_plans_recipe():
@@ -146,6 +151,25 @@ def test_a_file_where_a_folder_goes_or_a_garbage_manifest_is_one_line_before_the
     listed = manifest_of(tmp_path / "d", text="[1, 2]")
     refused(["--out", str(tmp_path / "d"), *flags], capsys, str(listed), "not a JSON object")
     assert not loads
+
+
+def test_the_grid_starts_no_run_of_v4_that_would_resolve_to_another_device(tmp_path, capsys, monkeypatch, loads):
+    """v4 judges only bf16 runs on a CUDA device: --device cpu, or auto on a machine without CUDA, is one line
+    naming the flag and exit code 2, before any data or folder; cuda and cuda:N pass; v3 pinned no device."""
+    monkeypatch.setattr(grid, "load_plan", load_plan)  # the plan as registered, with its pin
+    refused(["--out", str(tmp_path / "out"), "--device", "cpu"], capsys, "--device 'cpu' resolves to cpu",
+            "judges only runs on cuda in bf16")
+    assert not (tmp_path / "out").exists() and not loads
+    v4 = load_plan()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cpu", "auto", "mps"):
+        with pytest.raises(ValueError, match=f"--device '{device}' resolves to .* judges only runs on cuda in bf16"):
+            grid.check_resolved(v4, device)
+    for device in ("cuda", "cuda:1"):
+        grid.check_resolved(v4, device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    grid.check_resolved(v4, "auto")
+    grid.check_resolved(load_plan(PLAN_V3_PATH, check_git=False), "cpu")
 
 
 def test_the_grid_refuses_an_unregistered_plan(tmp_path, capsys):
@@ -395,7 +419,7 @@ def test_a_worker_that_failed_without_a_run_folder_is_an_attempt_and_the_worst_c
 
 
 def test_the_missing_runs_close_the_grid_for_chapter_6(tmp_path, epochs):
-    """stats.open_runs, as chapter 6 calls it with <grid>/missing.json, finds no open run once TEXP failed 3 times."""
+    """judging.open_runs, as chapter 6 calls it with <grid>/missing.json, finds no open run once TEXP failed 3 times."""
     plan = tiny_plan()
     fail_three_times(plan, tmp_path, epochs)
     judged, _ = split_runs(plan, grid.grid_runs(plan, tmp_path))

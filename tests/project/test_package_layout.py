@@ -185,6 +185,8 @@ STATUS_WORDS_EXEMPT = {
     # Chapter 6's registered rule: its sha256 is recorded with the analysis plan (registrations.json), so it may not
     # change; it reads `manifest.get("status") == "finished"`, the word Status.FINISHED writes.
     "src/explr/book/verdicts.py",
+    # plan v4's registered path from run folders to verdicts, hashed with it; the book floor imports no engine enum.
+    "src/explr/book/judging.py",
 }
 STATUS_READERS = [p for p in [*FILES, *sorted((ROOT / "experiments").glob("*.py"))]
                   if str(p.relative_to(ROOT)) not in STATUS_WORDS_EXEMPT]

@@ -1,18 +1,18 @@
 """Chapter 6's analysis plans and their registration: what a plan fixes before its data, and the proof that it did.
 
-A plan (``analysis_plan.json`` = v1, :data:`PLAN_PATH`; ``analysis_plan_v2.json`` = v2, :data:`PLAN_V2_PATH`;
-``analysis_plan_v3.json`` = v3, :data:`PLAN_V3_PATH`; read by :func:`load_plan`) fixes the claims and their
-hypotheses, the level α, the margin δ, the test and the multiplicity control, and (v2 on) the grid it judges.
+A plan (v1: :data:`PLAN_PATH`, v2: :data:`PLAN_V2_PATH`, v3: :data:`PLAN_V3_PATH`, v4: :data:`PLAN_V4_PATH`;
+read by :func:`load_plan`) fixes the claims and their hypotheses, the level α, the margin δ, the test and the
+multiplicity control, and (v2 on) the grid it judges; v4 also what its runs must resolve to (``resolved``:
+precision bf16 on a CUDA device).
 
 A registered plan is never edited: ``registrations.json`` (:data:`REGISTRATIONS_PATH`, written in the commit after
-the plan's own) holds each registered plan's sha256, its commit and the committer time (v1, superseded without a
-valid registration: its sha256 and no commit; v2: superseded by v3; v3: also the sha256 of
-:data:`DECISION_CODE_PATH`), and :func:`load_plan` refuses a plan or decision code whose bytes differ, and a record
-that git contradicts where a repository holds the plan.  Every malformed file is one :class:`PlanError` (a
-``ValueError``) naming it.  This floor does not know the engine's settings: a caller that trains the plan's runs
-passes ``config_fields`` (the names of :class:`explr.cifar10.TrainConfig`'s fields) and an unknown config key is
-refused.  (:mod:`explr.book.verdicts`, frozen by its registration, names :func:`load_plan` by its former
-home, ``explr.book.stats``.)
+the plan's own) holds each plan's sha256, its commit and the committer time, and the sha256 of the code that turns
+runs into verdicts (v3: ``verdicts.py``; v4: :data:`JUDGING_CODE`, the whole path: ``verdicts.py``,
+``judging.py`` and this file).  :func:`load_plan` refuses a plan or code file whose bytes differ (read from
+:data:`CODE_DIR`), and a record that git contradicts where a repository holds the plan; a superseded plan
+judges nothing.  Every malformed file is one :class:`PlanError` (a ``ValueError``) naming it.  A caller that
+trains the plan's runs passes ``config_fields`` (:class:`explr.cifar10.TrainConfig`'s fields): an unknown config
+key is refused.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from explr.params import is_int, is_real
 from . import verdicts as _rule
 
 __all__ = [
-    "PLAN_PATH", "PLAN_V2_PATH", "PLAN_V3_PATH", "DECISION_CODE_PATH", "REGISTRATIONS_PATH", "ROLES",
+    "PLAN_PATH", "PLAN_V2_PATH", "PLAN_V3_PATH", "PLAN_V4_PATH", "CODE_DIR", "JUDGING_CODE", "REGISTRATIONS_PATH",
+    "ROLES",
     "PlanError", "Claim", "Registration", "AnalysisPlan", "load_plan", "arm_of", "parse_utc",
 ]
 
@@ -39,9 +40,13 @@ PLAN_PATH = Path(__file__).with_name("analysis_plan.json")
 PLAN_V2_PATH = Path(__file__).with_name("analysis_plan_v2.json")
 #: chapter 6's third plan (v3): each claim its own test, a fixed family, joint power; registered before its runs.
 PLAN_V3_PATH = Path(__file__).with_name("analysis_plan_v3.json")
-#: the decision code registered with v3 (:mod:`explr.book.verdicts`): load_plan refuses the plan if it changed.
-DECISION_CODE_PATH = Path(_rule.__file__)
-#: the registration record: plan file name → sha256, commit, committer time (v3: and the decision code's sha256).
+#: chapter 6's fourth plan (v4): v3's claims, with the whole judging path and the resolved recipe registered.
+PLAN_V4_PATH = Path(__file__).with_name("analysis_plan_v4.json")
+#: where load_plan reads the registered code files (a test points it at an edited copy).
+CODE_DIR = Path(__file__).parent
+#: the files on the path from run folders to verdicts, each hashed in v4's record.
+JUDGING_CODE = ("verdicts.py", "judging.py", "registration.py")
+#: the registration record: plan file name → sha256, commit, committer time, and its code files' sha256.
 REGISTRATIONS_PATH = Path(__file__).with_name("registrations.json")
 ROLES = ("primary", "exploratory")
 
@@ -67,12 +72,12 @@ class Claim:
 @dataclass(frozen=True)
 class Registration:
     """A registered plan: its file's sha256, the commit that added it and that commit's committer time (UTC), and
-    (v3 on) the sha256 of the decision code (:mod:`explr.book.verdicts`) it was registered with."""
+    (v3 on) ``code``: (file name, sha256) of each code file it was registered with (v3: verdicts.py)."""
 
     sha256: str
     commit: str
     committed: _dt.datetime
-    decision_code: str | None = None
+    code: tuple = ()
     checked: str = field(default="", compare=False)  # what load_plan checked the record against (git, or not)
 
 
@@ -93,7 +98,8 @@ class AnalysisPlan:
     data: dict = field(default_factory=dict)  # what the manifests' "data" must say (n_train, n_test)
     power: dict | None = None  # the power analysis' inputs and result
     registration: Registration | None = None  # None: the plan judges no run
-    missing_runs: str = ""  # v3: the registered rule for runs that fail
+    missing_runs: str = ""  # v3 on: the registered rule for runs that fail
+    resolved: dict = field(default_factory=dict)  # v4: what a run must resolve: precision, device type
 
     @property
     def family(self) -> tuple:
@@ -141,7 +147,7 @@ _KINDS = {  # name → (test, what the error says a value must be)
     "list": (lambda v: isinstance(v, list), "a list"),
     "level": (lambda v: is_real(v) and 0 < v < 1, "a number in (0, 1)"),
     "count": (lambda v: is_int(v) and v >= 2, "an integer >= 2"),
-    "version": (lambda v: v in (1, 2, 3) and is_int(v), "1, 2 or 3"),
+    "version": (lambda v: v in (1, 2, 3, 4) and is_int(v), "1, 2, 3 or 4"),
     "time": (lambda v: _is_time(v), "an ISO time with its UTC offset"),
     "share": (lambda v: is_real(v) and 0 <= v < 1, "a number in [0, 1)"),
     "index": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
@@ -180,10 +186,10 @@ def _git(cwd: Path, *args) -> subprocess.CompletedProcess | None:
         return None
 
 
-def _check_against_git(path: Path, record: dict, code_sha256: str | None, registry: Path) -> str:
+def _check_against_git(path: Path, record: dict, code: tuple, registry: Path) -> str:
     """Check a registration record against the git repository that tracks ``path``, if any: the commit exists, adds
-    the plan file alone, at the recorded committer time, with the recorded sha256, and (v3) the decision code at
-    that commit has the recorded sha256.  Returns what was checked ("git", or why not); :class:`PlanError` if git
+    the plan file alone, at the recorded committer time, with the recorded sha256, and each code file of ``code``
+    ((name, sha256), v3 on) has its recorded sha256 at that commit.  Returns what was checked ("git", or why not); :class:`PlanError` if git
     contradicts the record."""
     top = _git(path.parent, "rev-parse", "--show-toplevel")
     if top is None or top.returncode != 0:
@@ -211,23 +217,23 @@ def _check_against_git(path: Path, record: dict, code_sha256: str | None, regist
                 if when != parse_utc(record["committed"], f"{registry}: committed") else "",
                 "the plan it adds has another sha256" if blob.returncode != 0
                 or hashlib.sha256(blob.stdout).hexdigest() != record["sha256"] else ""]
-    code = DECISION_CODE_PATH.resolve()
-    if code_sha256 is not None and code.is_relative_to(root):  # the rule was committed before the plan
-        blob = _git(root, "show", f"{commit}:{code.relative_to(root).as_posix()}")
-        if blob.returncode != 0 or hashlib.sha256(blob.stdout).hexdigest() != code_sha256:
-            problems.append("the decision code at that commit has another sha256")
+    in_repo = CODE_DIR.resolve().is_relative_to(root)
+    for name, sha256 in code if in_repo else ():  # the code was committed before the plan
+        blob = _git(root, "show", f"{commit}:{(CODE_DIR.resolve() / name).relative_to(root).as_posix()}")
+        if blob.returncode != 0 or hashlib.sha256(blob.stdout).hexdigest() != sha256:
+            problems.append(f"{name} at that commit has another sha256")
     problems = [p for p in problems if p]
     if problems:
         raise PlanError(f"{registry}: git contradicts {path.name}'s registration (commit {commit[:10]}): "
                         + "; ".join(problems))
     return ("git: the commit adds the plan alone, at the recorded time, with the recorded bytes"
-            + (", and holds the recorded decision code" if code_sha256 is not None and code.is_relative_to(root) else ""))
+            + (", and holds the recorded code" if code and in_repo else ""))
 
 
 def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Registration | None:
     """The registration of the plan file ``path`` (bytes ``data``) in ``registrations``: None if it has none, or a
-    record without a commit (v1) or superseded (v2); :class:`PlanError` if the plan's sha256, the decision code's
-    sha256 or git (where the plan lies in a repository) contradicts the record."""
+    record without a commit (v1) or superseded (v2); :class:`PlanError` if the plan's sha256, a code file's sha256
+    (:func:`_code`) or git (where the plan lies in a repository) contradicts the record."""
     registry = Path(registrations)
     if not registry.exists():
         return None
@@ -245,24 +251,33 @@ def _registration(path: Path, data: bytes, registrations, check_git: bool) -> Re
     if commit is None:  # superseded without a valid registration (v1): kept byte for byte, judges nothing
         return None
     committed = parse_utc(_field(record, "committed", "time", registry, what), f"{registry}: {path.name}: committed")
-    code = _field(record, "decision_code", "object", registry, what, default=None)
-    code_sha256 = None
-    if code is not None:
-        code_sha256 = _field(code, "sha256", "text", registry, f"{what}'s decision_code")
-        try:
-            running = hashlib.sha256(DECISION_CODE_PATH.read_bytes()).hexdigest()
-        except OSError as err:
-            raise PlanError(f"{DECISION_CODE_PATH}: cannot read the decision code registered with {path.name}: "
-                            f"{err.strerror or err}") from None
-        if _field(code, "file", "text", registry, f"{what}'s decision_code") != DECISION_CODE_PATH.name \
-                or running != code_sha256:
-            raise PlanError(f"{DECISION_CODE_PATH}: sha256 {running[:16]}... is not the decision code "
-                            f"{code_sha256[:16]}... registered with {path.name}; a registered rule is never edited: "
-                            "write a new plan version")
-    checked = _check_against_git(path, record, code_sha256, registry) if check_git else "git not asked"
+    code = _code(record, registry, what, path.name)
+    checked = _check_against_git(path, record, code, registry) if check_git else "git not asked"
     if _field(record, "superseded_by", "text", registry, what, default=None) is not None:
         return None  # registered, then replaced before any run it judges: kept byte for byte, judges nothing
-    return Registration(recorded, commit, committed, code_sha256, checked)
+    return Registration(recorded, commit, committed, code, checked)
+
+
+def _code(record: dict, registry: Path, what: str, plan: str) -> tuple:
+    """(name, sha256) of each code file a record registers (v3: ``decision_code``, one object; v4:
+    ``judging_code``, a list of them), each checked against the file in :data:`CODE_DIR`."""
+    entries = _field(record, "judging_code", "list", registry, what, default=None)
+    key = "judging_code"
+    if entries is None:
+        one = _field(record, "decision_code", "object", registry, what, default=None)
+        entries, key = ([] if one is None else [one]), "decision_code"
+    code = tuple((_field(e, "file", "text", registry, f"{what}'s {key}"),
+                  _field(e, "sha256", "text", registry, f"{what}'s {key}")) for e in entries)
+    for name, sha256 in code:
+        try:
+            running = hashlib.sha256((CODE_DIR / name).read_bytes()).hexdigest()
+        except OSError as err:
+            raise PlanError(f"{CODE_DIR / name}: cannot read the code registered with {plan}: "
+                            f"{err.strerror or err}") from None
+        if running != sha256:
+            raise PlanError(f"{CODE_DIR / name}: sha256 {running[:16]}... is not the {sha256[:16]}... registered "
+                            f"with {plan}; registered code is never edited: write a new plan version")
+    return code
 
 
 def _claims(raw, path: Path, arms, version: int) -> tuple:
@@ -273,8 +288,8 @@ def _claims(raw, path: Path, arms, version: int) -> tuple:
         what = f"claim {i + 1}"
         claim = Claim(*(_field(c, k, "text", path, what) for k in ("id", "a", "b", "hypothesis", "source")),
                       _field(c, "role", "text", path, what, default="primary"),
-                      _field(c, "question", "text", path, what) if version == 3 else "")
-        hypotheses = _rule.HYPOTHESES if version == 3 else _rule.HYPOTHESES + ("none",)
+                      _field(c, "question", "text", path, what) if version >= 3 else "")
+        hypotheses = _rule.HYPOTHESES if version >= 3 else _rule.HYPOTHESES + ("none",)
         if claim.hypothesis not in hypotheses:
             raise PlanError(f"{path}: claim {claim.id}: hypothesis must be one of {hypotheses}; "
                             f"got {claim.hypothesis!r}")
@@ -319,31 +334,50 @@ def _grid(raw, path: Path, min_seeds: int, config_fields) -> dict:
 
 def load_plan(path=None, registrations=REGISTRATIONS_PATH, *, check_git: bool = True,
               config_fields: Iterable[str] | None = None) -> AnalysisPlan:
-    """Read and check an analysis plan (default: v3) and its registration in ``registrations``: one
+    """Read and check an analysis plan (default: v4) and its registration in ``registrations``: one
     :class:`PlanError` (a ``ValueError``) naming the file for a missing, malformed or out-of-range field, a plan
-    or decision code whose sha256 is not the registered one, or (``check_git``, where the plan lies in a git
-    repository) a registration that git contradicts; with ``config_fields``, a config key that is none of them."""
-    path = Path(PLAN_V3_PATH if path is None else path)
+    or code file whose sha256 is not the registered one, a v4 record that does not register every file of
+    :data:`JUDGING_CODE`, or (``check_git``, where the plan lies in a git repository) a registration that git
+    contradicts; with ``config_fields``, a config key that is none of them."""
+    path = Path(PLAN_V4_PATH if path is None else path)
     data, raw = _read_json(path, "analysis plan")
     version = _field(raw, "version", "version", path, default=1)
     for key in ("registered", "test", "multiplicity"):
         _field(raw, key, "text", path)
-    test = "paired" if version == 3 else "welch"
+    test = "paired" if version >= 3 else "welch"
     if raw["test"] != test or raw["multiplicity"] != "holm":
         raise PlanError(f"{path}: a version-{version} plan implements test {test!r} with multiplicity 'holm'; got "
                         f"{raw['test']!r}, {raw['multiplicity']!r}")
     alpha, margin = _field(raw, "alpha", "level", path), _field(raw, "margin", "level", path)
-    min_seeds = _rule.MIN_PAIRS if version == 3 else _field(raw, "min_seeds", "count", path)
+    min_seeds = _rule.MIN_PAIRS if version >= 3 else _field(raw, "min_seeds", "count", path)
     grid = _grid(raw, path, min_seeds, config_fields) if version != 1 else {}
     plan = AnalysisPlan(path, raw["registered"], float(alpha), float(margin), min_seeds,
                         _claims(raw, path, grid.get("arms"), version), version, **grid,
                         registration=_registration(path, data, registrations, check_git))
-    if version == 3:
+    if version == 4:
+        plan = replace(plan, resolved=_resolved(raw, path, plan))
+    if version >= 3:
         plan = replace(plan, missing_runs=_field(raw, "missing_runs", "text", path))
         for key, kind in (("sd", "level"), ("confidence", "level"), ("target", "level"), ("rho", "share"),
                           ("n", "count"), ("draws", "count"), ("seed", "index"), ("means", "numbers"),
                           ("table", "list"), ("sensitivity", "list")):
             _field(plan.power, key, kind, path, "the plan's power")
         if not plan.family:
-            raise PlanError(f"{path}: a version-3 plan needs at least one primary claim")
+            raise PlanError(f"{path}: a version-{version} plan needs at least one primary claim")
     return plan
+
+
+def _resolved(raw, path: Path, plan: AnalysisPlan) -> dict:
+    """A v4 plan's ``resolved``, checked: a precision (not "auto") that its config states too, and a device type;
+    with the plan's registration, which must hash every file of :data:`JUDGING_CODE`."""
+    resolved = _field(raw, "resolved", "object", path)
+    precision = _field(resolved, "precision", "text", path, "'resolved'")
+    _field(resolved, "device", "text", path, "'resolved'")
+    if precision == "auto" or plan.config.get("precision") != precision or set(resolved) != {"precision", "device"}:
+        raise PlanError(f"{path}: 'resolved' must give the precision (not 'auto', as config states it) and the "
+                        f"device type, nothing else; got {resolved}, config precision {plan.config.get('precision')!r}")
+    registered = {name for name, _ in plan.registration.code} if plan.registration else set(JUDGING_CODE)
+    if registered != set(JUDGING_CODE):
+        raise PlanError(f"{path}: its registration hashes {sorted(registered)}, not the judging path "
+                        f"{list(JUDGING_CODE)}")
+    return dict(resolved)

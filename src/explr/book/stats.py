@@ -1,32 +1,16 @@
-"""Chapter 6's statistics under a registered analysis plan (:mod:`explr.book.registration`): the verdicts, the power
-analysis that sizes the grid, which runs a plan judges, and the grid's cost.
+"""Chapter 6's statistics outside the registered judging path (:mod:`explr.book.judging`): the power analysis
+that sizes a plan's grid, the pilot's spread, the grid's progress and its cost.
 
-*v3* (:func:`decide`): each claim is decided by its own paired test, Holm over a fixed family of the primary claims
-(the rule is :mod:`explr.book.verdicts`, registered with the plan).
-
-*v1, v2* (superseded, they judge no run; :func:`judge`): for a claim "a vs b" with final accuracies a₁..a_m and
-b₁..b_n (Welch 1947; Schuirmann 1987 for TOST):
-
-* Δ = ā − b̄ and its 95 % Welch interval Δ ± t_{0.975,ν} s, with s² = s_a²/m + s_b²/n and the
-  Welch–Satterthwaite degrees of freedom ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1));
-* the two-sided Welch t-test of Δ = 0 (what ``scipy.stats.ttest_ind(equal_var=False)`` computes);
-* TOST, the equivalence test against ±δ: p = max(P(T ≥ (Δ+δ)/s), P(T ≤ (Δ−δ)/s)) with T ~ t_ν,
-  which is below α exactly when the 90 % interval lies inside (−δ, δ).
-
-Every claim gets both tests, equivalence checked first; Holm's (1979) step-down adjusts the p-values of the family
-(v1: every claim; v2: the primary claims) among the claims that reach the minimum seeds.  An exploratory claim
-(v2) is judged on its unadjusted p-values.  Below the minimum a claim is "not tested".  Each verdict is a sentence
-built from these numbers (:attr:`Verdict.sentence`, :attr:`Decision.sentence`).
-
-**Power.** :func:`power` simulates the whole family under the plan's rule (numpy draws, the same tests and Holm):
-the probability that each primary claim is supported (v3: and all of them at once, with same-seed correlation),
-with n seeds per arm, arm means and one sd per run; :func:`power_table` and :func:`seeds_needed` choose n;
+**Power.** :func:`power` simulates the whole family under the plan's rule, the probability that each primary
+claim is supported (v3 on: and all of them at once, with same-seed correlation), with n seeds per arm, arm means
+and one sd per run.  v3 on, the rule is :func:`explr.book.verdicts.decide`; v1, v2 (superseded, they judge no
+run): for a claim "a vs b", Welch's (1947) interval and two-sided test of Δ = ā − b̄ with s² = s_a²/m + s_b²/n
+and ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1)), and TOST against ±δ (Schuirmann 1987), p = max(P(T ≥ (Δ+δ)/s),
+P(T ≤ (Δ−δ)/s)), T ~ t_ν; equivalence checked first, Holm (1979) over the family (:func:`welch` shows one claim).
 :func:`pooled_sd` gives the pilot's spread and its upper confidence limit.
 
-**Runs.** :func:`split_runs` sorts runs into those the plan judges (started after the registration second, and
-trained as the plan says) and the rest; :func:`count_by_arm`, :func:`complete_seeds` (the grid's ``--resume``),
-:func:`open_runs` (whether the grid is closed).  **Cost.** :func:`throughput` of committed runs from their
-manifests, :func:`grid_cost` of a plan's grid.
+**Grid and cost.** :func:`count_by_arm`, :func:`complete_seeds` (the grid's ``--resume``); :func:`throughput` of
+committed runs from their manifests, :func:`grid_cost` of a plan's grid.
 """
 from __future__ import annotations
 
@@ -38,63 +22,17 @@ import numpy as np
 from explr.params import is_int, is_real
 
 from . import verdicts as _rule
-from .registration import AnalysisPlan, Claim, arm_of, parse_utc
+from .judging import in_grid
+from .registration import AnalysisPlan, arm_of, parse_utc
 
-__all__ = [
-    "TRAIN_IMAGES", "ScheduleSummary", "Welch", "Verdict", "PooledSD", "Decision",
-    "summarise", "welch", "judge", "decide", "pooled_sd", "power", "power_table", "seeds_needed",
-    "split_runs", "count_by_arm", "complete_seeds", "open_runs", "throughput", "grid_cost",
-]
+__all__ = ["TRAIN_IMAGES", "Welch", "PooledSD", "welch", "pooled_sd", "power", "count_by_arm", "complete_seeds",
+           "throughput", "grid_cost"]
 
 #: CIFAR-10's training images: an image-epoch is one of them seen once.
 TRAIN_IMAGES = 50_000
 
 
 # ----------------------------------------------------------------------------- the runs: summaries and their tests
-@dataclass(frozen=True)
-class ScheduleSummary:
-    """Final-epoch metric of every seed of one arm."""
-
-    schedule: str  # the arm (:func:`arm_of`)
-    seeds: tuple
-    final: np.ndarray  # one value per seed, in ``seeds`` order
-    epochs: int
-
-    @property
-    def mean(self) -> float:
-        return float(self.final.mean())
-
-    @property
-    def std(self) -> float:
-        """Sample standard deviation over seeds (0 for a single seed)."""
-        return float(self.final.std(ddof=1)) if len(self.final) > 1 else 0.0
-
-
-def summarise(runs, metric: str = "test_acc") -> dict[str, ScheduleSummary]:
-    """Group runs (``explr`` run dicts with ``schedule``, ``seed``, ``metrics``, optionally ``manifest``) by arm
-    (:func:`arm_of`), the final epoch of each.
-
-    Raises ``ValueError`` if the runs of one arm have different lengths (a mix of finished and
-    interrupted runs would compare different epochs).
-    """
-    by_arm: dict[str, list] = {}
-    for run in runs:
-        values = run["metrics"].get(metric)
-        if values is None or len(values) == 0:
-            continue
-        by_arm.setdefault(arm_of(run), []).append((run["seed"], values))
-    out = {}
-    for arm, items in by_arm.items():
-        lengths = {len(v) for _, v in items}
-        if len(lengths) != 1:
-            raise ValueError(f"arm {arm!r}: runs have different numbers of epochs {sorted(lengths)}; "
-                             "finish or remove the incomplete ones")
-        items.sort(key=lambda item: item[0])
-        out[arm] = ScheduleSummary(arm, tuple(s for s, _ in items), np.array([float(v[-1]) for _, v in items]),
-                                   lengths.pop())
-    return out
-
-
 @dataclass(frozen=True)
 class Welch:
     """Welch statistics of a − b (module docstring): Δ, its standard error, ν, the 95 % interval, two p-values.
@@ -179,130 +117,6 @@ def _verdicts(plan: AnalysisPlan, claims, finals: dict) -> list[tuple]:
     return out
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """A claim of the plan judged on the data (:func:`judge`)."""
-
-    claim: Claim
-    n_a: int
-    n_b: int
-    stats: Welch | None  # None when an arm has fewer than 2 seeds
-    p_difference: float | None  # Holm-adjusted (primary) or raw (exploratory); None when not tested
-    p_equivalence: float | None
-    verdict: str  # "equivalent", "different", "undecided", "not tested"
-    margin: float
-    alpha: float
-    min_seeds: int
-
-    @property
-    def tested(self) -> bool:
-        return self.verdict != "not tested"
-
-    @property
-    def bearing(self) -> str:
-        """What the verdict says of the claim's hypothesis: "supports", "contradicts" or "open"."""
-        return str(_bearing(self.claim.hypothesis, self.verdict, self.stats.difference if self.stats else 0.0))
-
-    @property
-    def sentence(self) -> str:
-        """The verdict in words, with the numbers it rests on (accuracies in percentage points)."""
-        pts = lambda v: f"{100 * v:+.2f}"  # noqa: E731
-        a, b = self.claim.a, self.claim.b
-        if self.stats is None:
-            return f"not tested (n = {min(self.n_a, self.n_b)} < {self.min_seeds}); no interval with one seed"
-        w = self.stats
-        numbers = (f"Δ = {pts(w.difference)} points, 95 % CI [{pts(w.ci95[0])}, {pts(w.ci95[1])}], "
-                   f"n = {self.n_a} vs {self.n_b}")
-        if not self.tested:
-            return f"not tested (n = {min(self.n_a, self.n_b)} < {self.min_seeds}); {numbers}"
-        kind = "Holm-adjusted" if self.claim.role == "primary" else "exploratory, unadjusted"
-        tests = f"{kind} p: difference {self.p_difference:.3g}, equivalence ±{100 * self.margin:.1f} " \
-                f"points {self.p_equivalence:.3g}"
-        if self.verdict == "equivalent":
-            head = f"equivalent within ±{100 * self.margin:.1f} points"
-        elif self.verdict == "different":
-            head = f"different: {a} is {'better' if w.difference > 0 else 'worse'} than {b}"
-        else:
-            head = f"undecided at α = {self.alpha}: neither a difference nor equivalence is shown"
-        return f"{head}; {numbers}; {tests}"
-
-
-def judge(plan: AnalysisPlan, summaries: dict) -> list[Verdict]:
-    """Apply ``plan`` to ``summaries`` (arm → :class:`ScheduleSummary`): one :class:`Verdict` per claim whose arms
-    are both present, in the plan's order.  Holm's family: the primary claims with >= ``min_seeds`` per arm."""
-    present = [c for c in plan.claims if c.a in summaries and c.b in summaries]
-    finals = {s: summaries[s].final for c in present for s in (c.a, c.b)}
-    out = []
-    for c, w, p, verdict in _verdicts(plan, present, finals):
-        w = _floats(w) if w is not None else None
-        p_diff, p_equiv = (float(x) for x in p) if p is not None else (None, None)
-        out.append(Verdict(c, len(finals[c.a]), len(finals[c.b]), w, p_diff, p_equiv, str(verdict), plan.margin,
-                           plan.alpha, plan.min_seeds))
-    return out
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A claim of a version-3 plan decided on the data (:func:`decide`, the rule of :mod:`explr.book.verdicts`)."""
-
-    claim: Claim
-    seeds: tuple  # the complete pairs: seeds both arms finished
-    difference: float | None  # mean paired difference a − b; None with fewer than 2 pairs
-    ci95: tuple | None  # its 95 % paired-t interval
-    p: float | None  # the claim's own test, raw; None when not tested
-    p_compared: float  # Holm-adjusted (primary) or raw (exploratory); 1 when not tested
-    supported: bool
-    margin: float
-    alpha: float
-
-    @property
-    def tested(self) -> bool:
-        return self.p is not None
-
-    @property
-    def sentence(self) -> str:
-        """The decision in words, with the numbers it rests on (accuracies in percentage points)."""
-        pts = lambda v: f"{100 * v:+.2f}"  # noqa: E731
-        if not self.tested:
-            return (f"not tested ({len(self.seeds)} complete pairs < {_rule.MIN_PAIRS}); in the family it counts "
-                    "as not rejected")
-        c = self.claim
-        kind = "Holm-adjusted" if c.role == "primary" else "exploratory, unadjusted"
-        test = (f"TOST ±{100 * self.margin:.2f} points" if c.hypothesis == "equivalent"
-                else "one-sided paired t")
-        numbers = (f"Δ = {pts(self.difference)} points, 95 % CI [{pts(self.ci95[0])}, {pts(self.ci95[1])}], "
-                   f"{len(self.seeds)} pairs; {test}, {kind} p = {self.p_compared:.3g}")
-        claim = (f"{c.a} within ±{100 * self.margin:.2f} points of {c.b}" if c.hypothesis == "equivalent"
-                 else f"{c.a} better than {c.b}")
-        head = "supported" if self.supported else "not shown"
-        return f"{head} at α = {self.alpha}: {claim}; {numbers}"
-
-
-def decide(plan: AnalysisPlan, summaries: dict) -> list[Decision]:
-    """Apply a version-3 ``plan`` to ``summaries`` (arm → :class:`ScheduleSummary` of finished judged runs): one
-    :class:`Decision` per claim, in the plan's order, by :func:`explr.book.verdicts.decide`.  A claim whose arms
-    share fewer than 2 seeds is not tested, and stays in Holm's family with p = 1."""
-    from scipy.special import stdtrit  # the t distribution's quantile
-
-    if plan.version < 3:
-        raise ValueError(f"decide applies a version-3 plan; {plan.path.name} is version {plan.version} (judge)")
-    by_seed = {arm: dict(zip(s.seeds, s.final.tolist(), strict=True)) for arm, s in summaries.items()}
-    pairs = [_rule.complete_pairs(by_seed.get(c.a, {}), by_seed.get(c.b, {})) for c in plan.claims]
-    differences = [a - b if len(seeds) >= _rule.MIN_PAIRS else None for seeds, a, b in pairs]
-    rows = _rule.decide([(c.hypothesis, c.role == "primary") for c in plan.claims], differences,
-                        alpha=plan.alpha, margin=plan.margin)
-    out = []
-    for c, (seeds, _, _), d, (p, compared, supported) in zip(plan.claims, pairs, differences, rows, strict=True):
-        mean = ci = None
-        if d is not None:
-            mean = float(d.mean())
-            half = float(stdtrit(len(d) - 1, 0.975) * d.std(ddof=1) / math.sqrt(len(d)))
-            ci = (mean - half, mean + half)
-        out.append(Decision(c, seeds, mean, ci, None if p is None else float(p), float(compared), bool(supported),
-                            plan.margin, plan.alpha))
-    return out
-
-
 # ----------------------------------------------------------------------------- the power analysis
 @dataclass(frozen=True)
 class PooledSD:
@@ -334,7 +148,7 @@ def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20
           rho: float | None = None) -> dict:
     """Claim id → the probability that its verdict supports its hypothesis, for each primary claim with one, when
     every arm has ``n`` seeds with final accuracies ~ N(``means[arm]``, ``sd``²), all drawn at once and judged
-    by the plan's rule (v1, v2: :func:`judge`'s tests and Holm's family; v3: :func:`explr.book.verdicts.decide`),
+    by the plan's rule (v1, v2: Welch's tests and Holm's family; v3 on: :func:`explr.book.verdicts.decide`),
     and for v3 also ``"joint"``: the probability that every primary claim is supported at once.  v3 pairs the
     seeds: the runs of one seed correlate by ``rho`` (default 0), each value sd (√rho Z_seed + √(1 − rho) Z_run).
     Monte Carlo over ``draws`` grids, seeded by (``seed``, n): the same numbers on every run, and a standard error
@@ -367,46 +181,7 @@ def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20
             "joint": float(supported.all(axis=0).mean())}
 
 
-def power_table(plan: AnalysisPlan, ns, **kwargs) -> list[dict]:
-    """One row per n of ``ns``: ``{"n": n, claim id: power, ...}`` (:func:`power`, same ``kwargs``)."""
-    return [{"n": n, **power(plan, n, **kwargs)} for n in ns]
-
-
-def seeds_needed(table: list[dict], target: float = 0.8) -> int:
-    """The smallest n of ``table`` (:func:`power_table`, rows by increasing n) from which on every claim has power
-    >= ``target`` in every row (so that Monte-Carlo noise cannot pick an n whose next row falls short)."""
-    if not 0 < target < 1:
-        raise ValueError(f"target must be in (0, 1); got {target!r}")
-    enough = [all(v >= target for k, v in row.items() if k != "n") for row in table]
-    if not enough or not enough[-1]:
-        raise ValueError(f"no n in the table gives every claim power >= {target}; extend the table's n")
-    last_short = max((i for i, ok in enumerate(enough) if not ok), default=-1)
-    return table[last_short + 1]["n"]
-
-
-# ----------------------------------------------------------------------------- which runs a plan judges, and its cost
-def split_runs(plan: AnalysisPlan, runs) -> tuple[list, list]:
-    """``(judged, not_judged)``: the runs (``explr`` run dicts with a manifest) that ``plan`` judges, and the rest
-    (the pilot, runs applied post hoc, runs of another recipe).  A run is judged when the plan is registered, the
-    run's ``started`` (manifest, ISO time) is after the registration second (:func:`explr.book.verdicts.
-    after_registration`: a run started in that second is not), its arm and seed are the plan's, and its recipe is
-    the plan's (:func:`explr.book.verdicts.same_recipe`).  An unregistered or superseded plan judges none."""
-    judged, rest = [], []
-    for run in runs:
-        manifest = run["manifest"]
-        ok = (plan.registration is not None and _in_grid(plan, run)
-              and _rule.after_registration(parse_utc(manifest.get("started"), f"{run.get('dir', 'a run')}: started"),
-                                           plan.registration.committed))
-        (judged if ok else rest).append(run)
-    return judged, rest
-
-
-def _in_grid(plan: AnalysisPlan, run) -> bool:
-    """An arm and a seed of the plan, trained with its recipe."""
-    return (arm_of(run) in plan.arms and run["seed"] in plan.seeds
-            and _rule.same_recipe(plan.config, plan.data, run.get("manifest")))
-
-
+# ----------------------------------------------------------------------------- the grid's progress and its cost
 def count_by_arm(runs) -> dict[str, int]:
     """Arm (:func:`arm_of`) → number of runs, arms in sorted order."""
     counts: dict[str, int] = {}
@@ -417,17 +192,9 @@ def count_by_arm(runs) -> dict[str, int]:
 
 def complete_seeds(plan: AnalysisPlan, runs) -> list[int]:
     """The plan's seeds for which every arm of the plan has a finished run among ``runs`` trained with the plan's
-    recipe (:func:`explr.book.verdicts.same_recipe`, the rule of :func:`split_runs`): a balanced grid."""
-    done = {(arm_of(r), r["seed"]) for r in runs if _rule.finished(r.get("manifest")) and _in_grid(plan, r)}
+    recipe (:func:`explr.book.judging.same_recipe`): a balanced grid."""
+    done = {(arm_of(r), r["seed"]) for r in runs if _rule.finished(r.get("manifest")) and in_grid(plan, r)}
     return [k for k in plan.seeds if all((arm, k) in done for arm in plan.arms)]
-
-
-def open_runs(plan: AnalysisPlan, judged, missing=()) -> list[tuple]:
-    """The (arm, seed) pairs of the plan's grid that have no finished judged run and are not declared ``missing``
-    (pairs (arm, seed) that failed every attempt the plan allows): the grid is closed, and decided, when none is
-    left."""
-    done = {(arm_of(r), r["seed"]) for r in judged if _rule.finished(r.get("manifest"))} | set(map(tuple, missing))
-    return [(arm, k) for k in plan.seeds for arm in plan.arms if (arm, k) not in done]
 
 
 def throughput(runs) -> float:
