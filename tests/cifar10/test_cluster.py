@@ -8,9 +8,11 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from explr.cifar10 import load_runs
-from explr.cifar10 import cluster
+from explr.cifar10 import cluster, hardware
+from explr.cifar10.config import TrainConfig
 from explr.cifar10.__main__ import main
 from explr.cifar10.arrays import write_npz
 from explr.cifar10.engine import TrainingDiverged
@@ -20,7 +22,7 @@ from explr.cifar10.metrics import read_metrics
 from explr.cifar10.cluster import check_launcher
 from explr.cifar10.status import Status
 
-from cifar10_helpers import CLI_TINY, alive, reproducible, tiny_arrays
+from cifar10_helpers import CLI_TINY, TINY, alive, reproducible, tiny_arrays
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
@@ -73,6 +75,41 @@ def test_submitit_local_jobs_end_with_their_parent_on_sigint(tmp_path):
     assert manifest["status"] == "interrupted" and len(read_metrics(run)) < 200
 
 
+@pytest.mark.slow  # a separate process (it imports torch)
+def test_a_job_resolves_device_precision_and_threads_on_its_own_node(tmp_path, monkeypatch):
+    """The submitter sees a GPU (patched here), its job does not (submitit's local executor hides every GPU from a job
+    that asks for none): the job trains on the CPU in fp32 with this machine's default threads, as its manifest says.
+    (Resolved where it was prepared, the job trained with cuda and bf16: it failed.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert hardware.resolved_settings(TrainConfig())["device"] == "cuda"  # what the submitter would resolve
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    config = TrainConfig(**{**TINY, "epochs": 1, "threads": None}, data=data)
+    [result] = cluster.submit([config], tmp_path / "out", cluster="local", timeout_min=10)
+    assert result.status is Status.FINISHED, result.message
+    resolved = load_runs(tmp_path / "out")[0]["manifest"]["resolved"]
+    threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert (resolved["device"], resolved["precision"], resolved["threads"]) == ("cpu", "fp32", threads)
+
+
+@pytest.mark.slow  # a separate process (it imports torch)
+def test_cuda_is_submitted_from_a_host_without_one_when_the_jobs_ask_for_gpus(tmp_path, monkeypatch):
+    """``--device cuda`` is the node's to check: submitted from this host without CUDA when the jobs ask for a GPU,
+    it fails in the job (whose local executor has none to give); asking for no GPU is refused at submit."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    config = TrainConfig(**{**TINY, "epochs": 1}, data=data, device="cuda")
+    with pytest.raises(ValueError, match=r"^device \(--device\) 'cuda': the jobs ask for 0 GPU\(s\)"):
+        cluster.submit([config], tmp_path / "out", cluster="local")
+    with pytest.raises(ValueError, match="give --gpus-per-run 3 or more"):
+        cluster.check_gpus([TrainConfig(device="cuda:2")], 2)
+    try:
+        [result] = cluster.submit([config], tmp_path / "out", cluster="local", gpus_per_run=1, timeout_min=10)
+    except ValueError as err:
+        pytest.fail(f"refused at submit: {err}")
+    if not torch.cuda.device_count():  # the job's machine (this one) has no GPU either: the job says so
+        assert result.status is Status.FAILED and "CUDA is not available" in result.message, result.message
+
+
 def test_options_the_chosen_launcher_would_ignore_are_refused():
     with pytest.raises(ValueError, match="^--jobs is for --launcher local"):
         check_launcher("submitit", jobs=2)
@@ -102,6 +139,6 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     def stopped(*args, **kwargs):
         raise err
 
-    monkeypatch.setattr(cluster, "train_prepared", stopped)
+    monkeypatch.setattr(cluster, "train_on_node", stopped)
     r = cluster.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)

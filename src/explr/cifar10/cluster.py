@@ -24,9 +24,10 @@ from .preflight import prepare
 from .prepared import PreparedRun
 from .runfolder import run_dir
 from .runs import SWEEP_GOES_ON, RunResult, train_prepared
+from .sources import load_cifar10
 from .status import RunState, Status
 
-__all__ = ["RunJob", "check_launcher", "check_slurm", "submit"]
+__all__ = ["RunJob", "check_gpus", "check_launcher", "check_slurm", "submit", "train_on_node"]
 
 
 # ----------------------------------------------------------------------------- a cluster, through submitit
@@ -52,17 +53,37 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, 
         raise ValueError(f"{', '.join(given)} only apply to --launcher submitit (this sweep trains here)")
 
 
+def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
+    """A job sees only the GPUs it asks for: ``--device cuda[:N]`` needs ``gpus_per_run`` > N (one ``ValueError``
+    line otherwise).  Whether the node has them is the job's check, not the submitting host's."""
+    for c in configs:
+        c.validate()
+        if c.device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
+            raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
+                             f"(--gpus-per-run); give --gpus-per-run {int(c.device[5:] or 0) + 1} or more")
+
+
+def train_on_node(run: PreparedRun) -> RunResult:
+    """Train ``run``, prepared on the submitting host, on this node: the data loaded here (and checked to be the one
+    it was prepared with), its device, precision and CPU threads this node's
+    (:meth:`~explr.cifar10.prepared.PreparedRun.resolved_here`)."""
+    c = run.config
+    arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
+    run.check_data(arrays)
+    return train_prepared(run.resolved_here(), arrays, progress=False)
+
+
 class RunJob:
-    """One prepared run (:class:`~explr.cifar10.prepared.PreparedRun`) as a submitit job: trains (or resumes) it, a
-    run a full disk stopped included (its result says "disk full", as the local pool's does); ``checkpoint``
-    requeues it with ``resume=True``."""
+    """One prepared run (:class:`~explr.cifar10.prepared.PreparedRun`) as a submitit job: trains (or resumes) it on
+    its node (:func:`train_on_node`), a run a full disk stopped included (its result says "disk full", as the local
+    pool's does); ``checkpoint`` requeues it with ``resume=True``."""
 
     def __init__(self, run: PreparedRun):
         self.run = run
 
     def __call__(self) -> RunResult:
         try:
-            return train_prepared(self.run, progress=False)
+            return train_on_node(self.run)
         except (*SWEEP_GOES_ON, DiskFull) as err:
             return RunResult.of_error(self.run.folder, err)
 
@@ -107,7 +128,8 @@ def check_slurm(flags: list[str]) -> None:
 def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
            folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
            account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
-    """Check the sweep (:func:`prepare`), then submit each run as one job of a submitit job array.
+    """Check the sweep (:func:`prepare`, all but what depends on the node: each job resolves its device, precision
+    and threads itself), then submit each run as one job of a submitit job array.
 
     ``cluster``: ``"slurm"`` or ``"local"`` (submitit's local executor: subprocesses of this machine).  On
     SLURM the request (partition, account, GPUs, CPUs, time) is checked first (:func:`check_slurm`).
@@ -125,7 +147,8 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
         raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
                          "requirements.txt)") from None
     check_launcher("submitit", cluster=cluster, partition=partition, account=account)
-    _, runs, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False)
+    check_gpus(configs, gpus_per_run)
+    _, runs, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
     for note in notes:
         print(note, file=sys.stderr)
     dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]

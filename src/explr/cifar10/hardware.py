@@ -167,9 +167,12 @@ def worker_gpus(workers: int, visible: str | None = None, count: int | None = No
     return [ids[i % count] for i in range(workers)]
 
 
-def resolved_settings(config, jobs: int = 1) -> dict:
+def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
     """The values of :data:`~explr.cifar10.config.RESOLVED_KEYS` of a :class:`~explr.cifar10.config.TrainConfig`
-    on this machine, one run of ``jobs`` at a time: device, precision, CPU threads."""
+    on this machine, one run of ``jobs`` at a time: device, precision, CPU threads.  ``here=False``: the run trains
+    on another machine (a cluster job), which resolves them itself; they stay as given (``auto``, ``None``)."""
+    if not here:
+        return {"device": config.device, "precision": config.precision, "threads": config.threads}
     device = resolve_device(config.device)
     return {"device": str(device), "precision": resolve_precision(config.precision, device),
             "threads": resolve_threads(config.threads, device, jobs)}

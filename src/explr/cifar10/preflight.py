@@ -24,13 +24,14 @@ __all__ = ["check_before_data", "prepare"]
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
-                      skip_locked: bool = False) -> list[dict]:
+                      skip_locked: bool = False, here: bool = True) -> list[dict]:
     """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
     (``explr.cifar10.config.JOBS``), every config's settings, one folder per run, the device, that folders can
     be created in ``out``, and every run folder that exists (:func:`~explr.cifar10.runfolder.check_folder`: a file
     where a folder goes, its lock, a run there without ``resume``, its manifest; with ``skip_locked`` a folder that
     a live process holds is left to :func:`prepare`).  Returns each config's resolved settings
-    (:func:`~explr.cifar10.hardware.resolved_settings` for ``jobs`` at a time).  Creates nothing."""
+    (:func:`~explr.cifar10.hardware.resolved_settings` for ``jobs`` at a time; with ``here=False`` the runs train
+    elsewhere, which resolves them: the device is not checked here).  Creates nothing."""
     if not configs:
         raise ValueError("no runs: give at least one --schedule and --seed")
     if not JOBS.ok(jobs):
@@ -40,7 +41,7 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
     dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
     if len(set(dirs)) != len(dirs):
         raise ValueError("two runs would share a folder: give each (schedule, seed) once")
-    resolved = [resolved_settings(c, jobs) for c in configs]  # --device cuda without CUDA fails here
+    resolved = [resolved_settings(c, jobs, here=here) for c in configs]  # --device cuda without CUDA fails here
     check_writable(out)
     for d in dirs:
         try:
@@ -52,19 +53,20 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
-            jobs: int = 1, skip_locked: bool = False, progress: bool = True):
+            jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
     """Check every run of the sweep (module docstring); returns ``(arrays, runs, notes)``.  Creates nothing.
 
     ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
     decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
     ``runs``: per config, its :class:`~explr.cifar10.prepared.PreparedRun` (built and checked once: what its folder
     holds is its ``state``); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
-    there instead of raising it.  ``notes`` are lines worth showing (stale locks).
+    there instead of raising it.  ``notes`` are lines worth showing (stale locks).  ``here=False``: the runs train on
+    another machine, which resolves device, precision and threads (:func:`check_before_data`).
     """
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
-    resolved = check_before_data(configs, out, resume=resume, jobs=jobs, skip_locked=skip_locked)
+    resolved = check_before_data(configs, out, resume=resume, jobs=jobs, skip_locked=skip_locked, here=here)
     if arrays is None:
         data, root = sources.pop()
         arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))

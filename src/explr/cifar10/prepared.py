@@ -68,6 +68,18 @@ class PreparedRun:
             raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
                            f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
 
+    def resolved_here(self) -> PreparedRun:
+        """This run with its device, precision and CPU threads resolved on this machine (it was prepared on another:
+        a cluster job's submitter), checked against them: playable in that precision, and a resume with the same
+        ones (:func:`~explr.cifar10.runfolder.check_run`).  ``ValueError`` or :class:`RunError` otherwise."""
+        resolved = resolved_settings(self.config)
+        if resolved == self.resolved:
+            return self
+        _check_playable(self.config, self.schedule, resolved, _describe(self.config))
+        seen = folder_files(self.folder)
+        check = check_run(self.config, self.folder, self.data, self.resume, resolved, schedule=self.schedule)
+        return dataclasses.replace(self, resolved=resolved, check=check, seen=seen)
+
     def confirmed(self) -> PreparedRun:
         """This run, its folder checked again (:func:`~explr.cifar10.runfolder.check_run`, by a caller holding its
         lock) only if the folder's files differ from those checked.  :class:`RunError` if they no longer pass."""

@@ -108,12 +108,15 @@ def config_record(config: TrainConfig) -> dict:
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    diff = []
-    if saved.get("device") and torch.device(saved["device"]).type != torch.device(now["device"]).type:
-        diff.append(f"device={saved['device']!r} (now {now['device']!r})")
-    if saved.get("precision") and saved["precision"] != now["precision"]:
+    """The resolved settings that differ; one still unresolved (``auto``, ``None``: resolved by the node that trains
+    the run, which checks it again) is not compared."""
+    diff, device = [], now["device"]
+    if saved.get("device") and device != "auto" and torch.device(saved["device"]).type != torch.device(device).type:
+        diff.append(f"device={saved['device']!r} (now {device!r})")
+    if saved.get("precision") and now["precision"] != "auto" and saved["precision"] != now["precision"]:
         diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
-    if torch.device(now["device"]).type == "cpu" and saved.get("threads") and saved["threads"] != now["threads"]:
+    on_cpu = device != "auto" and torch.device(device).type == "cpu"
+    if on_cpu and now["threads"] is not None and saved.get("threads") and saved["threads"] != now["threads"]:
         diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
                     f"--threads {saved['threads']})")
     return diff
