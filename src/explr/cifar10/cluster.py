@@ -187,72 +187,34 @@ def _skipped(folder: str, run) -> RunResult | None:
     return None
 
 
-#: SLURM job states (``squeue -o %T``) of a job that may still produce a result.
-_RUNNING = {"CONFIGURING", "COMPLETING", "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RUNNING",
-            "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
-
-
 def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
-    """{index: result} of every job, when all have ended; a job that failed is status "failed" with its error.
-
-    A SLURM job has ended when its result file is there, or when ``squeue`` has said for 10 s that it ended
-    without one (cancelled, killed).  (submitit would ask ``sacct``, which clusters without accounting, such
-    as ``.ci/slurm-up``'s, do not have.)
-    """
-    pending, results, ended_since = dict(jobs), {}, {}
+    """{index: result} of every job, when all have ended (submitit's ``job.result()``, which waits for its result
+    file or, where SLURM keeps accounting, for ``sacct`` to say it ended); a job that failed is status "failed"."""
+    results = {}
     try:
-        while pending:
-            for i, job in list(pending.items()):
-                if job.paths.result_pickle.exists() if cluster == "slurm" else job.done():
-                    results[i] = _outcome(dirs[i], job)
-                    del pending[i]
-            if cluster == "slurm" and pending:
-                states = _squeue_states([job.job_id for job in pending.values()])
-                for i, job in list(pending.items()):
-                    state = states.get(job.job_id, "gone from squeue")
-                    if state != "UNKNOWN" and state.split()[0] not in _RUNNING:
-                        if time.monotonic() - ended_since.setdefault(i, time.monotonic()) > 10:  # and no result came
-                            results[i] = _failed(dirs[i], job, f"ended ({state}) without a result; see "
-                                                               f"{job.paths.stderr}")
-                            del pending[i]
-                    else:
-                        ended_since.pop(i, None)
-            time.sleep(1 if pending else 0)
+        for i, job in jobs.items():
+            results[i] = _outcome(dirs[i], job)
     except KeyboardInterrupt:
+        pending = [job for i, job in jobs.items() if i not in results]
         if cluster == "local":  # the jobs are processes of this machine: they end with this one
-            for job in pending.values():
+            for job in pending:
                 job.cancel(check=False)
             deadline = time.monotonic() + 60
-            while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
+            while any(not job.done() for job in pending) and time.monotonic() < deadline:
                 time.sleep(0.2)
         else:
-            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
+            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending)} stops them",
                   file=sys.stderr)
         raise
     return results
-
-
-def _squeue_states(job_ids: list[str]) -> dict:
-    """{job id: state} of the jobs ``squeue`` still lists; every state is "UNKNOWN" if it does not answer."""
-    try:
-        r = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
-                           text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        r = None
-    if r is None or r.returncode != 0:
-        return dict.fromkeys(job_ids, "UNKNOWN")
-    return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
 
 
 def _outcome(folder: str, job) -> RunResult:
     try:
         return job.result()
     except Exception as err:  # the job failed: submitit re-raises its error with the job's traceback
-        return _failed(folder, job, _last_error_line(str(err)) or type(err).__name__)
-
-
-def _failed(folder: str, job, message: str) -> RunResult:
-    return RunResult(Path(folder), Status.FAILED, None, f"job {job.job_id}: {message}")
+        message = _last_error_line(str(err)) or type(err).__name__
+        return RunResult(Path(folder), Status.FAILED, None, f"job {job.job_id}: {message}")
 
 
 def _last_error_line(text: str) -> str:

@@ -1,34 +1,19 @@
 """What a run runs on: the device, its precision, the CPU threads this process may really use, one GPU per worker.
 
-``os.cpu_count()`` reports the host's cores, not what a process may use.  A container (Binder, a
-SLURM job, Docker with ``--cpus``) limits a process by CPU affinity (``os.sched_getaffinity``) or by a
-cgroup quota (``cpu.max`` of cgroup v2: ``"<quota> <period>"``, or ``cpu.cfs_quota_us`` /
-``cpu.cfs_period_us`` of v1).  :func:`available_cpus` takes the smaller of the two.
-
-Thread count (:func:`default_threads`).  torch's OpenMP threads meet at a barrier after every
-parallel operator, so one thread that loses its core to another process stalls all the others
-(docs/cifar10-engine.md, "CPU threads", gives the speeds).  The default therefore leaves one CPU free,
-``max(1, available − 1)`` threads, and on a GPU, where the CPU only launches kernels, 1 thread per run;
-``--threads`` overrides.
-
-A sweep's pool (:func:`workers`) has no more worker processes than runs, and on the CPU no more than the CPUs.
-
-Memory (:func:`available_memory`) is limited the same two ways: the host's ``MemAvailable`` and a
-cgroup's limit (``memory.max`` of v2, ``memory.limit_in_bytes`` of v1) minus what the cgroup uses.
+``os.cpu_count()`` reports the host's cores, not what a process may use; a SLURM job, ``taskset`` or Docker's
+``--cpuset-cpus`` limit a process by its CPU affinity, which :func:`available_cpus` counts
+(``os.sched_getaffinity``).  The default threads leave one CPU free (docs/cifar10-engine.md, "CPU threads").
 """
 from __future__ import annotations
 
-import math
 import os
 import platform
-from pathlib import Path
 
 import torch
 
 __all__ = [
     "available_cpus",
     "available_memory",
-    "cgroup_cpu_limit",
     "default_threads",
     "resolve_device",
     "resolve_precision",
@@ -41,56 +26,21 @@ __all__ = [
 ]
 
 
-def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup") -> float | None:
-    """CPUs allowed by the cgroup quota of this process (``None``: no quota), cgroup v2 or v1."""
-    root = Path(root)
+def available_cpus() -> int:
+    """The CPUs in this process's affinity mask (``os.sched_getaffinity``; ``os.cpu_count()`` where there is none)."""
     try:
-        fields = (root / "cpu.max").read_text().split()
-        if fields and fields[0] != "max":
-            return int(fields[0]) / int(fields[1])
-        if fields:
-            return None
-    except (OSError, ValueError, IndexError):
-        pass
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes the host can still give (``MemAvailable`` of ``/proc/meminfo``); ``None`` where unknown."""
     try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-        return quota / period if quota > 0 and period > 0 else None
-    except (OSError, ValueError):
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
         return None
-
-
-def available_cpus(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
-    """min(CPUs in this process's affinity mask, ⌈cgroup quota⌉), at least 1."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        n = os.cpu_count() or 1
-    quota = cgroup_cpu_limit(cgroup_root)
-    if quota is not None:
-        n = min(n, math.ceil(quota))
-    return max(1, n)
-
-
-def available_memory(cgroup_root: str | Path = "/sys/fs/cgroup", meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """Bytes this process may still allocate: min(``MemAvailable``, cgroup limit − usage); ``None`` if unknown."""
-    sizes = []
-    try:
-        fields = dict(line.split(":", 1) for line in Path(meminfo).read_text().splitlines() if ":" in line)
-        sizes.append(int(fields["MemAvailable"].split()[0]) * 1024)
-    except (OSError, ValueError, KeyError, IndexError):
-        pass
-    root = Path(cgroup_root)
-    for limit, usage in (("memory.max", "memory.current"),
-                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
-        try:
-            text = (root / limit).read_text().strip()
-            if text != "max":
-                sizes.append(max(0, int(text) - int((root / usage).read_text())))
-            break
-        except (OSError, ValueError):
-            continue
-    return min(sizes) if sizes else None
 
 
 def default_threads(device: torch.device, jobs: int = 1) -> int:
