@@ -2,7 +2,7 @@
 guarded reads, its lock (:class:`RunLock`: one writer per folder), the signals that end a run
 (:func:`handle_signals`) and how a run stands or ended (:class:`Status`, with its exit code).
 
-A file is written to ``.<name>.<pid>@<host>.<random>.tmp`` beside it, fsync'ed and renamed over it (``os.replace``);
+A file is written to ``.<name>.<pid>.<random>.tmp`` beside it, fsync'ed and renamed over it (``os.replace``);
 a process killed between the two leaves the ``.tmp``, removed when the folder is next used.
 """
 from __future__ import annotations
@@ -11,11 +11,9 @@ import contextlib
 import enum
 import errno
 import fcntl
-import hashlib
 import os
 import re
 import signal
-import socket
 import stat
 import tempfile
 import time
@@ -31,30 +29,11 @@ __all__ = [
 
 
 TMP_SUFFIX = ".tmp"
-#: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>@<host>.<8 random characters of
-#: mkstemp>.tmp`` (:data:`HOST`); older versions wrote no ``@<host>``.
-TMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)(?:@(?P<host>[0-9a-f]{8}))?\.[a-z0-9_]{8}"
-                      + re.escape(TMP_SUFFIX))
-#: a temporary file untouched for this long is stale even if a process with its writer's pid is alive
-#: (the pid was reused, or the file was written on another machine sharing the folder).
+#: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters of mkstemp>.tmp``
+#: (earlier versions put ``@<8 hex digits>`` after the pid).
+TMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)(?:@[0-9a-f]{8})?\.[a-z0-9_]{8}" + re.escape(TMP_SUFFIX))
+#: a temporary file in a folder several processes write (the data cache) untouched for this long is a leftover.
 STALE_AFTER_S = 3600
-
-
-def _pid_space() -> str:
-    """8 hex digits of the sha256 of the host name, the kernel's boot id and the pid namespace: what makes a pid
-    mean one process (two machines, two boots of one, or two containers that share a host name, differ)."""
-    parts = [socket.gethostname()]
-    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                 lambda: os.readlink("/proc/self/ns/pid")):
-        try:
-            parts.append(read())
-        except OSError:  # not Linux: the host name alone
-            parts.append("")
-    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:8]
-
-
-#: the machine (strictly: the pid space) this process runs in, as :data:`TMP_NAME` records it.
-HOST = _pid_space()
 
 
 def default_file_mode() -> int:
@@ -67,7 +46,7 @@ def default_file_mode() -> int:
 def atomic_write(path, write) -> None:
     """Call ``write(f)`` on a binary file object that becomes ``path`` only once it is complete."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}@{HOST}.", suffix=TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX)
     try:
         os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as f:
@@ -92,13 +71,6 @@ def remove_leftovers(folder) -> list[str]:
     return removed
 
 
-def _writer_here(name: str) -> int | None:
-    """The pid in the temporary file name :data:`TMP_NAME` if it was written on this machine (:data:`HOST`); None
-    for another machine's name or one without a host or pid."""
-    match = TMP_NAME.fullmatch(name)
-    return int(match["pid"]) if match and match["host"] == HOST else None
-
-
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists on this machine (one of another user counts)."""
     try:
@@ -111,19 +83,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale_leftovers(folder) -> list[str]:
-    """Delete the temporary files in ``folder`` whose writer is gone; returns their names.
-
-    For a folder several processes may write at once, on this machine or others sharing it: a temporary file
-    written here (:data:`HOST` in its name) is removed when no process with the pid in its name is alive, and any
-    temporary file when it has not been modified for :data:`STALE_AFTER_S` seconds (the only rule for another
-    machine's files, whose pids mean nothing here, and for names without a host, which older versions wrote).
-    Files that vanish or cannot be removed meanwhile are left to the next call.
-    """
+    """Delete the temporary files (:data:`TMP_NAME`) in ``folder``, one several processes may write at once, that
+    are untouched for :data:`STALE_AFTER_S` seconds; returns their names (files that vanish meanwhile are left)."""
     now, removed = time.time(), []
     for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
         with contextlib.suppress(OSError):
-            pid = _writer_here(p.name)
-            if p.is_file() and ((pid is not None and not pid_alive(pid)) or now - p.stat().st_mtime > STALE_AFTER_S):
+            if TMP_NAME.fullmatch(p.name) and p.is_file() and now - p.stat().st_mtime > STALE_AFTER_S:
                 p.unlink()
                 removed.append(p.name)
     return removed
