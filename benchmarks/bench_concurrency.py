@@ -23,7 +23,7 @@ def _worker(rank: int, jobs: int, args, barrier, queue) -> None:
     import torch
 
     from explr.cifar10 import TrainConfig, Trainer, make_synthetic
-    from explr.cifar10.hardware import resolve_device, resolve_threads
+    from explr.cifar10.config import resolve_device, resolve_threads
 
     torch.set_num_threads(resolve_threads(args.threads, resolve_device(args.device), jobs))
     B = args.batch_size

@@ -19,7 +19,7 @@ rounds of ``--steps`` steps, synchronising only at round ends.
 
 Contention (``--hog N``): the same measurement with N single-core busy loops (``yes > /dev/null``)
 running beside it, as when a reader's machine or a shared build machine is busy.  The engine's default
-CPU thread count (:func:`explr.cifar10.hardware.default_threads`) leaves one CPU free for exactly this.
+CPU thread count (:func:`explr.cifar10.config.default_threads`) leaves one CPU free for exactly this.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from explr.cifar10 import TrainConfig, Trainer, make_synthetic
-from explr.cifar10.config import add_config_arguments
-from explr.cifar10.hardware import available_cpus, resolve_device, resolve_precision, resolve_threads
+from explr.cifar10.config import (add_config_arguments, available_cpus, resolve_device, resolve_precision,
+                                  resolve_threads)
 from explr.models import PreResNet
 
 

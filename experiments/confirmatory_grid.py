@@ -50,19 +50,19 @@ plan that is not registered (its runs would judge nothing) or was edited (:func:
 Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run_plan``, ``load_cifar10``,
 ``load_runs``, ``RunError``, ``RunResult``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir``
 (the dry run's interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
-``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.preflight.check_before_data` and
-:func:`explr.cifar10.lock.handle_signals`; a run folder's record: :func:`explr.cifar10.manifest.read_manifest`,
-:func:`explr.cifar10.files.write_file` (atomic) and :func:`explr.cifar10.lock.lock_holder`.
+``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.sweep.check_before_data` and
+:func:`explr.cifar10.files.handle_signals`; a run folder's record: :func:`explr.cifar10.runfolder.read_manifest`,
+:func:`explr.cifar10.files.write_file` (atomic) and :func:`explr.cifar10.files.lock_holder`.
 
 Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
 ``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
 missing, malformed or edited plan, an unavailable device, a file where a folder goes, a run folder that cannot be
-used (:func:`explr.cifar10.preflight.check_before_data`), a manifest that does not parse and a record of the failed
+used (:func:`explr.cifar10.sweep.check_before_data`), a manifest that does not parse and a record of the failed
 runs that cannot be read (:func:`read_attempt`; a file named ``failed``), all checked before the data is loaded;
 then bad data.  SIGINT, SIGTERM, SIGHUP and SIGUSR2 stop the grid with one line and 128 + the
 signal's number (the runs record "interrupted"; ``--resume`` continues them); a full disk is exit code 6.
 ``--jobs`` (default: the runs of one round) is capped by the runs and, on the CPU, by the CPUs
-(:func:`explr.cifar10.hardware.workers`).
+(:func:`explr.cifar10.config.workers`).
 
 ``--dry-run`` trains the same grid logic on a tiny recipe (synthetic images, PreResNet-8, 2 epochs, the plan's
 first 2 seeds) on the CPU into a temporary folder, and checks the balance and resume rules: one round leaves
@@ -89,10 +89,9 @@ from explr.book.stats import complete_seeds, count_by_arm
 from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
                            run_plan, train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
-from explr.cifar10.files import DiskFull, write_file
-from explr.cifar10.lock import exit_code, handle_signals, lock_holder, signal_name
-from explr.cifar10.manifest import MANIFEST, read_manifest
-from explr.cifar10.preflight import check_before_data
+from explr.cifar10.files import DiskFull, exit_code, handle_signals, lock_holder, signal_name, write_file
+from explr.cifar10.runfolder import MANIFEST, read_manifest
+from explr.cifar10.sweep import check_before_data
 from explr.params import Int, Text
 
 #: the dry run's recipe: everything small, on the CPU (decays at epoch 1 of 2, so each schedule has a phase change).
@@ -310,7 +309,7 @@ def check_resolved(plan: AnalysisPlan, device: str) -> None:
 def check_grid(plan: AnalysisPlan, out, *, resume: bool, jobs: int, **common) -> list[TrainConfig]:
     """What the grid needs checked before its data is loaded: every run's settings (the plan's recipe with
     ``common``), the device, ``jobs``, ``out`` and every run folder in it
-    (:func:`explr.cifar10.preflight.check_before_data`), that ``<out>/failed`` is a folder and ``<out>/missing.json``
+    (:func:`explr.cifar10.sweep.check_before_data`), that ``<out>/failed`` is a folder and ``<out>/missing.json``
     a file where they exist, and with ``resume`` every manifest :func:`grid_runs` reads and every failed attempt's
     record (:func:`read_attempt`).  Returns every run's config; raises ``ValueError`` (one line); creates nothing."""
     configs = []

@@ -8,7 +8,7 @@
    (``benchmarks/bench_concurrency.py``).
 3. Pick the first of ``SIZES`` (epochs of the main recipe, seeds) whose predicted time fits what is
    left of the budget with a margin.
-4. Train its plan (:func:`explr.cifar10.plans.experiment_plan`): ``main`` (the five schedules),
+4. Train its plan (:func:`explr.cifar10.config.experiment_plan`): ``main`` (the five schedules),
    ``ablation-none`` (TEXP with ``corrections="none"``, paired by seed with main's TEXP) and ``paper-scale``
    (Step Decay + WD and TEXP at λ = 5e-3, decays at 2/3 and 5/6 of 12 epochs, whose TEXP lr grows e^33 in
    phase 0 and is rescaled whenever it passes 1), every run at once in the sweep's pool
@@ -41,7 +41,7 @@ def log(msg: str) -> None:
 
 def plan_for(size, **common):
     """The experiment plan of ``size`` (:data:`SIZES`); ``common``: settings of every run (data, device, ...)."""
-    from explr.cifar10.plans import experiment_plan
+    from explr.cifar10.config import experiment_plan
 
     epochs, s_main, s_other = size
     seeds = {s: range(s_main if s in ("step", "texp") else s_other)

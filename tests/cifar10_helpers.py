@@ -8,6 +8,8 @@ the data as module fixtures::
 Imported by name (``pythonpath`` in pyproject.toml holds tests/), like digits_helpers.
 """
 import hashlib
+import pickle
+import tarfile
 import json
 import os
 import signal
@@ -15,19 +17,72 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv
-from explr.cifar10.sources import make_synthetic
-from explr.cifar10.arrays import write_npz
-from explr.cifar10.metrics import TIMING_KEYS, read_metrics
+from explr.cifar10.data import CLASSES, CifarArrays, NPZ_KEYS, file_hash, make_synthetic
+from explr.cifar10.runfolder import TIMING_KEYS, read_metrics
 
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
 #: TINY on the command line (--epochs 3 --batch-size 32 ...), without progress bars
 CLI_TINY = [*config_to_argv(TrainConfig(**TINY)), "--no-progress"]
+
+
+def write_npz(path, arrays: CifarArrays | dict) -> Path:
+    """Write the four arrays in the ``.npz`` schema ``load_npz`` reads (``savez_compressed``)."""
+    get = arrays.get if isinstance(arrays, dict) else lambda k: getattr(arrays, k)
+    path = Path(path)
+    np.savez_compressed(path, **{k: np.asarray(get(k)) for k in NPZ_KEYS})
+    return path
+
+
+def write_image_folder(root, arrays: CifarArrays | dict, fmt: str = "png", archive: str | None = None) -> Path:
+    """``arrays`` as ``train/<class>/NNNNN.<fmt>`` and ``test/...`` (``png`` or ``jpg``); with ``archive`` (``tar``,
+    ``tar.gz``, ``tgz``) also packed into ``<root>.<archive>``, whose path is returned."""
+    from PIL import Image
+
+    get = arrays.get if isinstance(arrays, dict) else lambda k: getattr(arrays, k)
+    root = Path(root)
+    for split in ("train", "test"):
+        x, y = np.asarray(get(f"x_{split}")), np.asarray(get(f"y_{split}"))
+        for cls in sorted(set(int(v) for v in y)):
+            (root / split / CLASSES[cls]).mkdir(parents=True, exist_ok=True)
+        for i, (img, label) in enumerate(zip(x, y)):
+            Image.fromarray(img, "RGB").save(root / split / CLASSES[int(label)] / f"{i:05d}.{fmt}")
+    if archive is None:
+        return root
+    out = root.with_name(f"{root.name}.{archive}")
+    with tarfile.open(out, "w:gz" if archive in ("tar.gz", "tgz") else "w") as tar:
+        tar.add(root, arcname=root.name)
+    return out
+
+
+def write_cifar_batches(folder, arrays: CifarArrays, pieces: int = 5) -> dict:
+    """``arrays`` in CIFAR-10's python format (``data_batch_1..5``, ``test_batch``, ``batches.meta``); returns the md5
+    table of the batches (for ``read_cifar_batches``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}" for i in range(1, 6)]
+
+    def dump(name, x, y):
+        d = {b"batch_label": name.encode(), b"labels": [int(v) for v in y],
+             b"data": np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(len(x), 3072)),
+             b"filenames": [f"{name}_{i}.png".encode() for i in range(len(x))]}
+        with open(folder / name, "wb") as f:
+            pickle.dump(d, f, protocol=2)
+
+    chunks = np.array_split(np.arange(len(arrays.y_train)), pieces)
+    for name, idx in zip(names, chunks):
+        dump(name, arrays.x_train[idx], arrays.y_train[idx])
+    dump("test_batch", arrays.x_test, arrays.y_test)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [c.encode() for c in CLASSES], b"num_cases_per_batch": len(chunks[0])}, f, 2)
+    return {n: file_hash(folder / n, "md5") for n in [*names, "test_batch"]}
 
 
 def tiny_arrays():
@@ -80,7 +135,7 @@ def deadline(seconds):
 
 
 # ----------------------------------------------------------------------------- the command line and the run folders
-# (the run-file tests of test_lock, test_runfolder, test_manifest, test_metrics, test_preflight, test_main, ...)
+# (the run-file tests of test_files, test_runfolder, test_sweep, test_main, ...)
 def refused(argv, capsys, *words):
     """``main(argv)`` exits 2 with one line on stderr, no traceback, naming every one of ``words``."""
     with pytest.raises(SystemExit) as exc:

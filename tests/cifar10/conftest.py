@@ -1,5 +1,5 @@
-"""Run folders shared by the run-file tests of several modules here (test_manifest, test_metrics, test_preflight,
-test_runfolder): a run stopped after its first epoch, a finished run, and a deadline for a test that could block.
+"""Run folders shared by the run-file tests of several modules here (test_runfolder, test_sweep, test_main):
+a run stopped after its first epoch, a finished run, and a deadline for a test that could block.
 They train into the test's folder with the ``npz`` of the requesting module."""
 import pytest
 

@@ -1,5 +1,4 @@
-"""explr.cifar10.config: every setting declared once (parser, validation, resume keys), the weight decays at which SGD
-cannot train, and a config's command line (config_to_argv)."""
+"""explr.cifar10.config: every setting declared once (parser, validation, resume keys), the schedule a config plays, the machine it resolves to (CPUs, memory, one GPU per worker) and the named plans."""
 import argparse
 import dataclasses
 
@@ -7,14 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from explr.cifar10 import preflight
+from explr.cifar10 import config, sweep
 from explr.cifar10.__main__ import build_parser, main
-from explr.cifar10.config import (RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, config_to_argv,
-                                  configs_from_args, lr_wd_limit)
+from explr.cifar10.config import (
+    PAPER_SCALE, RESOLVED_KEYS, SCHEDULES, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, config_to_argv,
+    configs_from_args, default_decay_epochs, experiment_plan, lr_wd_limit, paper_scale_milestones, played_schedule,
+)
+from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
-from cifar10_helpers import CLI_TINY
+from cifar10_helpers import CLI_TINY, refused, tiny_arrays, tiny_npz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
+
+
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
@@ -91,7 +97,7 @@ def test_the_cli_refuses_such_a_weight_decay_before_the_data_and_creates_nothing
     def never(*args, **kwargs):
         raise AssertionError("the data was loaded before the settings were checked")
 
-    monkeypatch.setattr(preflight, "load_cifar10", never)
+    monkeypatch.setattr(sweep, "load_cifar10", never)
     for argv, word in ((["--schedule", "step", "--wd", "100"], "2(1 + momentum)"),
                        (["--schedule", "texp", "--wd", "0.03"], "no positive real root")):
         with pytest.raises(SystemExit) as exc:
@@ -117,3 +123,87 @@ def test_config_to_argv_gives_the_config_back_through_the_command_line(config):
 def test_config_to_argv_names_only_what_differs_from_the_defaults():
     assert config_to_argv(TrainConfig()) == []
     assert config_to_argv(TrainConfig(wd=5e-3, augment=False)) == ["--wd", "0.005", "--no-augment"]
+
+
+CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
+
+
+def test_available_cpus_follow_the_affinity_mask_and_threads_leave_one_free(monkeypatch):
+    """SLURM, taskset and Docker's --cpuset-cpus show in the affinity mask: 2 of the host's CPUs are 2 CPUs."""
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {3, 5})
+    assert config.available_cpus() == 2
+    monkeypatch.setattr(config, "available_cpus", lambda: 8)
+    assert config.default_threads(torch.device("cpu")) == 7  # one CPU left for everything else
+    assert config.default_threads(torch.device("cpu"), jobs=3) == 2
+    assert config.default_threads(torch.device("cuda")) == 1
+    monkeypatch.setattr(config, "available_cpus", lambda: 1)
+    assert config.default_threads(torch.device("cpu")) == 1
+    assert config.resolve_threads(5, torch.device("cpu")) == 5  # --threads overrides
+
+
+def test_worker_i_gets_gpu_i_mod_g(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert config.worker_gpus(7) == ["0", "1", "2", "0", "1", "2", "0"]
+    assert config.worker_gpus(4, visible="5,6,7") == ["5", "6", "7", "5"]  # the parent's own subset
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert config.worker_gpus(2) == [None, None]
+
+
+def test_available_memory_is_memavailable():
+    with open("/proc/meminfo") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    assert abs(config.available_memory() - kib * 1024) < 256 << 20  # read again a moment later
+
+
+# ----------------------------------------------------------------------------- memory
+def test_the_schedule_must_fit_in_memory_and_is_checked_before_it_is_built(npz, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(config, "available_memory", lambda: 10 * 2**20)  # 10 MiB
+
+    def never(*args, **kwargs):
+        raise AssertionError("the schedule was built before its size was checked")
+
+    monkeypatch.setattr(config, "step_decay", never)
+    # 10,000 epochs x 6 steps x 256 bytes = 15 MB
+    refused(["--data", npz, "--out", str(tmp_path), *CLI_TINY, "--epochs", "10000"], capsys, "--epochs",
+            "0.0143 GiB of memory, more than the 0.00977 GiB available")
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- the paper's schedules
+def test_schedule_names_map_to_the_papers_schedules():
+    c = TrainConfig(epochs=8, decay_epochs=(4, 6), wd=5e-4, momentum=0.9)
+    S = 5
+    base = step_decay(0.1, 8, S, [4, 6])
+    expected = {
+        "step": (base, np.full(40, 5e-4), False),
+        "texp": (texp(base, 5e-4, 0.9).lr, texp(base, 5e-4, 0.9).wd, True),
+        "texp--": (texp_minus_minus(base, 5e-4, 0.9).lr, texp_minus_minus(base, 5e-4, 0.9).wd, True),
+        "cosine": (cosine(0.1, 8, S), np.full(40, 5e-4), False),
+        "cosine-texp": (texp(cosine(0.1, 8, S), 5e-4, 0.9).lr, texp(cosine(0.1, 8, S), 5e-4, 0.9).wd, True),
+    }
+    for name, (lr, wd, exponential) in expected.items():
+        c.schedule = name
+        got = played_schedule(c, S)
+        np.testing.assert_array_equal(got.lr, lr)
+        np.testing.assert_array_equal(got.wd, wd)
+        assert isinstance(got, EquivalentSchedule) == exponential
+        assert isinstance(got, EquivalentSchedule if exponential else PlainSchedule)
+    assert default_decay_epochs(200) == [100, 150] and default_decay_epochs(20) == [10, 15]
+    assert default_decay_epochs(1) == []
+
+
+def test_the_plans_are_chapter_6s():
+    assert PAPER_SCALE == {"wd": 5e-3, "rescale_above": 1.0}
+    assert paper_scale_milestones(12) == [8, 10] and paper_scale_milestones(16) == [11, 13]
+    plan = experiment_plan(16, [0, 1], device="cpu")
+    assert list(plan) == ["main", "ablation-none", "paper-scale"]
+    assert [(c.schedule, c.seed) for c in plan["main"]] == [(s, k) for s in SCHEDULES for k in (0, 1)]
+    assert all(c.corrections == "none" and c.schedule == "texp" for c in plan["ablation-none"])
+    assert [(c.schedule, c.seed, c.decay_epochs, c.wd, c.rescale_above) for c in plan["paper-scale"]] == [
+        ("step", 0, (11, 13), 5e-3, 1.0), ("texp", 0, (11, 13), 5e-3, 1.0)]
+    assert all(c.device == "cpu" and c.epochs == 16 for group in plan.values() for c in group)
+    assert list(experiment_plan(4, [0], schedules=("step",))) == ["main", "paper-scale"]
+    assert list(experiment_plan(4, [0], ablation=False, paper_scale=False)) == ["main"]
+    uneven = experiment_plan(2, {"step": [0, 1], "texp": [0, 1, 2]}, schedules=("step", "texp"), paper_scale=False)
+    assert [c.seed for c in uneven["ablation-none"]] == [0, 1, 2]

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-import explr.cifar10.sources
-from explr.cifar10 import image_folder
+import explr.cifar10.data
+from explr.cifar10 import data
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import RESCALE_ABOVE_MAX
-from explr.cifar10.sources import make_synthetic, write_cifar_batches
-from explr.cifar10.arrays import write_npz
-from explr.cifar10.image_folder import write_image_folder
-from explr.cifar10.metrics import TIMING_KEYS, read_metrics
+from explr.cifar10.data import make_synthetic
+from cifar10_helpers import write_cifar_batches
+from cifar10_helpers import write_npz
+from cifar10_helpers import write_image_folder
+from explr.cifar10.runfolder import TIMING_KEYS, read_metrics
 from explr.cifar10.runfolder import load_runs
 
 from cifar10_helpers import CLI_TINY, refused, reproducible, tiny_arrays, tiny_npz
@@ -124,7 +125,7 @@ def test_options_the_launcher_would_ignore_are_refused(npz, tmp_path, capsys, ex
 def test_the_report_names_runs_not_submitted_and_maps_a_full_disk_to_its_exit_code(capsys):
     from explr.cifar10.__main__ import _report
     from explr.cifar10.runs import RunResult
-    from explr.cifar10.status import Status
+    from explr.cifar10.files import Status
 
     configs = [TrainConfig(schedule="step", seed=0), TrainConfig(schedule="texp", seed=0)]
     assert _report(configs, [RunResult(Path("a"), Status.SUBMITTED, job_id="17"),
@@ -243,8 +244,7 @@ class TestHostileRunFiles:
         def interrupted(*args):
             raise KeyboardInterrupt()
 
-        monkeypatch.setattr(image_folder, "_decode_tree", interrupted)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the decode cache's key, not in ~/.cache
+        monkeypatch.setattr(data, "_decode_image", interrupted)
         argv = ["--schedule", "step", "--data", str(tree), "--data-root", str(tmp_path / "root"), "--out",
                 str(tmp_path / "out"), *CLI_TINY]
         assert main(argv) == 130
@@ -293,13 +293,13 @@ def test_cli_end_to_end_on_npz_and_on_cifar_batches_gives_identical_runs(arrays,
     assert "texp seed 0" in capsys.readouterr().out
 
     # the same images as CIFAR's python batches (md5 table of the generated files): the same run
-    original = explr.cifar10.sources.CIFAR10_FILES_MD5
-    explr.cifar10.sources.CIFAR10_FILES_MD5 = table
+    original = explr.cifar10.data.CIFAR10_FILES_MD5
+    explr.cifar10.data.CIFAR10_FILES_MD5 = table
     try:
         assert main(["--schedule", "texp", "--data", str(tmp_path / "cifar"), "--out", str(tmp_path / "b"),
                      *CLI_TINY]) == 0
     finally:
-        explr.cifar10.sources.CIFAR10_FILES_MD5 = original
+        explr.cifar10.data.CIFAR10_FILES_MD5 = original
     other = tmp_path / "b" / "texp" / "seed0"
     assert reproducible(read_metrics(other)) == reproducible(rows)
     assert json.loads((other / "manifest.json").read_text())["data"]["kind"] == "cifar-python"

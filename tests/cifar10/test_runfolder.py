@@ -1,24 +1,32 @@
-"""explr.cifar10.runfolder: where a run lives, the runs under a folder (load_runs), and every check made before a
-run folder is used: links, a file where a folder goes, a path too long, damaged or hand-edited run files, a stale
-lock, a resume with other settings or other data.
-
-PreResNet8 on 192 generated images (:mod:`cifar10_helpers`): seconds per run on a CPU."""
+"""explr.cifar10.runfolder: a run folder's files (checkpoint, metrics, manifest: written, read and refused), where a run lives, load_runs and every check before a folder is used."""
+import copy
+import hashlib
+import json
+import math
 import os
 import struct
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 
 from explr.cifar10.__main__ import main
-from explr.cifar10.arrays import CifarArrays, write_npz
-from explr.cifar10.config import TrainConfig
-from explr.cifar10.lock import RunError
-from explr.cifar10.runfolder import load_runs
+from explr.cifar10.config import RESOLVED_KEYS, TrainConfig, played_schedule
+from explr.cifar10.data import CifarArrays
+from explr.cifar10.files import RECORDED, RunError, Status
+from explr.cifar10.runfolder import (
+    CHECKPOINT, CHECKPOINT_KEYS, Checkpoint, EpochMetrics, FINAL_KEYS, FORMAT, MANIFEST, MANIFEST_FIELDS, Manifest,
+    MetricsRow, SHOWN, TIMING_KEYS, Timings, check_checkpoint, check_epoch, check_metrics_file, check_progress,
+    check_rows, check_states, checkpoint_of, checkpoint_state, load_checkpoint, load_runs, new_manifest,
+    read_manifest, read_metrics, record_end, record_epoch, serialize_checkpoint, write_manifest, write_metrics,
+)
 from explr.cifar10.runs import train_run
 
-from cifar10_helpers import (CLI_TINY, TINY, cli, edit_checkpoint, edit_manifest, fails_in_one_line, one_line, snapshot,
-                             tiny_arrays, tiny_npz, tree_of)
+from cifar10_helpers import (
+    CLI_TINY, TINY, cli, deeply_nested, edit_checkpoint, edit_manifest, fails_in_one_line, files_of, one_line,
+    refused, replace_by, snapshot, tiny_arrays, tiny_npz, tree_of, write_npz,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
@@ -26,7 +34,7 @@ npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 
 
 # ----------------------------------------------------------------------------- hostile run files
-class TestHostileRunFiles:
+class TestHostileRunFolders:
     """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
     flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
 
@@ -160,3 +168,386 @@ def test_a_resumed_run_counts_a_setting_its_checkpoint_lacks_as_that_settings_de
     with pytest.raises(RunError, match="other settings: corrections='all' \\(now 'none'\\)"):
         train_run(TrainConfig(**{**TINY, "epochs": 2}, schedule="step", corrections="none"), tmp_path, arrays,
                   resume=True, progress=False)
+
+
+CONFIG = TrainConfig(**{**TINY, "epochs": 2}).validate()
+
+
+@pytest.fixture(scope="module")
+def run(arrays, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    train_run(CONFIG, out, arrays, progress=False)
+    return out
+
+
+@pytest.fixture
+def saved(run):
+    return load_checkpoint(run)[0]
+
+
+def test_a_written_checkpoint_holds_the_declared_fields_and_its_sha256(run, saved):
+    assert set(saved) == set(Checkpoint.__annotations__) and set(CHECKPOINT_KEYS) <= set(saved)
+    assert saved["format"] == FORMAT and saved["epoch"] == 2 and len(saved["metrics"]) == 2
+    assert set(saved["resolved"]) == set(RESOLVED_KEYS)
+    assert load_checkpoint(run)[1] == hashlib.sha256((run / CHECKPOINT).read_bytes()).hexdigest()
+
+
+def test_the_state_serializes_to_what_loads_back(saved):
+    resolved = {**saved["resolved"], "not recorded": 1}
+    trainer_state = {k: saved[k] for k in ("model", "optimizer", "scheduler", "initial_loss")}
+    state = checkpoint_state(trainer_state, 2, saved["metrics"], saved["config"], resolved, saved["data_sha256"],
+                             saved["elapsed"])
+    assert list(state) == list(saved) and state["resolved"] == saved["resolved"]
+    data, digest = serialize_checkpoint(state)
+    assert digest == hashlib.sha256(data).hexdigest() and serialize_checkpoint(state)[1] == digest
+
+
+def test_a_sound_checkpoint_passes_every_check(saved, run, arrays):
+    path = run / CHECKPOINT
+    check_checkpoint(saved, path)
+    check_checkpoint({**saved, "initial_loss": None, "resolved": None}, path)
+    check_epoch(saved, CONFIG, path)
+    check_states(saved, CONFIG, path)
+    steps = len(arrays.y_train) // CONFIG.batch_size
+    check_progress(saved, CONFIG, steps, path, schedule=played_schedule(CONFIG, steps))
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"data_sha256": 5}, "holds data_sha256 = 5, not the data's sha256"),
+    ({"data_sha256": ""}, "holds data_sha256 = '', not the data's sha256"),
+    ({"elapsed": -1.0}, r"holds elapsed = -1.0, not a finite number in \[0, "),
+    ({"initial_loss": math.inf}, "holds initial_loss = inf, not a finite number"),
+    ({"initial_loss": "2.3"}, "holds initial_loss = '2.3', not a finite number"),
+    ({"resolved": ["cpu"]}, r"holds resolved = \['cpu'\], not a dict of settings"),
+])
+def test_a_field_that_breaks_its_rule_is_one_line_naming_the_file(changes, match, saved, run):
+    with pytest.raises(RunError, match=match) as err:
+        check_checkpoint({**saved, **changes}, run / CHECKPOINT)
+    assert "\n" not in str(err.value) and f"delete the folder {run} to train this run again" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- hostile input
+def _set(*keys, value):
+    def edit(saved):
+        target = saved
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return edit
+
+
+class TestHostileCheckpoint:
+    """A crafted checkpoint (the hostile-input probe's defect 14: weights only, its sha256 re-recorded in the
+    manifest) is one line naming the file, with the run folder untouched."""
+
+    @pytest.mark.parametrize("edit, words", [
+        (_set("scheduler", "last_epoch", value=10**6), "last_epoch"),
+        (_set("scheduler", "last_epoch", value=6.0), "last_epoch"),
+        (_set("scheduler", "last_epoch", value=5), "last_epoch"),  # in range, but not epoch 1's 6 steps
+        (_set("scheduler", "log2_rescale", value="x"), "log2_rescale"),
+        (_set("scheduler", "log2_rescale", value=-10**6), "log2_rescale"),
+        (_set("scheduler", "log2_rescale", value=-1), "log2_rescale"),
+        (_set("scheduler", "rescale_count", value=-1), "rescale_count"),
+        (_set("scheduler", "base_lrs", value=["abc"]), "base_lrs"),
+        (_set("initial_loss", value="abc"), "initial_loss"),
+        (_set("data_sha256", value=5), "data_sha256"),
+        (_set("elapsed", value="abc"), "elapsed"),
+        (_set("metrics", value=[1]), "metrics"),
+        (_set("metrics", 0, "epoch", value=2), "metrics"),
+        (_set("metrics", 0, "train_loss", value="abc"), "metrics"),
+        (_set("metrics", 0, "test_acc", value=torch.zeros(1)), "metrics"),
+    ])
+    def test_every_field_of_a_crafted_checkpoint_that_resume_reads_is_checked(self, edit, words, npz, arrays, tmp_path,
+                                                                             capsys):
+        """14: a checkpoint that loads (weights only) and matches its manifest is still refused in one line naming it,
+        before anything is written."""
+        config = TrainConfig(**{**TINY, "epochs": 2}, schedule="texp", data=npz)
+        out = tmp_path / "out"
+        run = out / "texp" / "seed0"
+        train_run(config, run, arrays, progress=False, stop_after=1)
+        edit_checkpoint(run, edit)
+        before = files_of(run)
+        refused(["--data", npz, "--out", str(out), *CLI_TINY, "--epochs", "2", "--schedule", "texp", "--resume"], capsys,
+                str(run / "checkpoint.pt"), words)
+        assert files_of(run) == before
+
+
+# ----------------------------------------------------------------------------- the epoch, the tensors, the step, the file
+def test_an_epoch_without_its_rows_or_beyond_the_run_is_refused(saved, run):
+    with pytest.raises(RunError, match=r"records epoch 3 with 2 metrics rows, not an epoch in \[1, 2\]"):
+        check_epoch({**saved, "epoch": 3}, CONFIG, run / CHECKPOINT)
+    with pytest.raises(RunError, match="records epoch 1 with 2 metrics rows"):
+        check_epoch({**saved, "epoch": 1}, CONFIG, run / CHECKPOINT)
+
+
+def test_tensors_of_another_network_are_refused(saved, run):
+    with pytest.raises(RunError, match="does not fit this run's PreResNet14") as err:
+        check_states(saved, TrainConfig(**{**TINY, "depth": 14}).validate(), run / CHECKPOINT)
+    assert "\n" not in str(err.value)
+
+
+def test_a_scheduler_at_another_step_is_refused(saved, run, arrays):
+    steps = len(arrays.y_train) // CONFIG.batch_size
+    moved = copy.deepcopy(saved)
+    moved["scheduler"]["last_epoch"] -= 1
+    with pytest.raises(RunError, match=f"holds a scheduler at step last_epoch = {2 * steps - 1}, not at the "
+                                       f"{2 * steps} steps of its 2 epochs"):
+        check_progress(moved, CONFIG, steps, run / CHECKPOINT, schedule=played_schedule(CONFIG, steps))
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"not a checkpoint", "is not a readable checkpoint"),
+    (None, r"is not a checkpoint of this engine \(expected the keys model, optimizer"),
+])
+def test_a_file_that_is_no_checkpoint_of_this_engine_is_one_line(content, match, tmp_path):
+    if content is None:
+        torch.save({"model": {}}, tmp_path / CHECKPOINT)
+    else:
+        (tmp_path / CHECKPOINT).write_bytes(content)
+    with pytest.raises(RunError, match=match) as err:
+        load_checkpoint(tmp_path)
+    assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
+
+
+@pytest.fixture
+def manifest():
+    return new_manifest({}, {"schedule": "step", "seed": 0}, {"device": "cpu"}, torch.device("cpu"), "cpu",
+                        {"name": "tiny", "kind": "synthetic", "sha256": "ab"}, 0, 0.0)
+
+
+def test_a_new_manifest_holds_only_declared_fields_and_the_read_ones_are_declared(manifest):
+    assert set(MANIFEST_FIELDS) <= set(Manifest.__annotations__)
+    assert set(manifest) <= set(Manifest.__annotations__)
+    assert manifest["format"] == FORMAT and manifest["status"] == Status.RUNNING and manifest["devices"] == ["cpu"]
+    again = new_manifest(manifest, manifest["config"], {}, torch.device("cpu"), "cpu", {}, 2, 1.0)
+    assert again["devices"] == ["cpu"] and again["started"] == manifest["started"] and again["epochs_done"] == 2
+
+
+def test_a_written_manifest_reads_back_the_same(manifest, tmp_path):
+    write_manifest(tmp_path / MANIFEST, manifest)
+    assert read_manifest(tmp_path / MANIFEST) == json.loads(json.dumps(manifest))
+
+
+def test_an_epoch_and_the_end_are_recorded(manifest, tmp_path):
+    path = tmp_path / MANIFEST
+    record_epoch(path, manifest, "d1", 1, 2.5)
+    assert read_manifest(path)["checkpoint_sha256"] == "d1" and read_manifest(path)["epochs_done"] == 1
+    last = {k: 0.5 for k in ("step", "lr", *FINAL_KEYS)} | {"epoch": 1}
+    record_end(path, manifest, Status.DISK_FULL, "disk full", 2.5, [last])
+    saved = read_manifest(path)
+    assert saved["status"] == Status.DISK_FULL and saved["final"] == {k: last[k] for k in FINAL_KEYS}
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"status": 3}, "status is an integer, expected a string"),
+    ({"status": "finished-ish"}, f"status is 'finished-ish', not one of {', '.join(RECORDED)}"),
+    ({"devices": ["cpu", 1]}, "devices holds an integer, expected a list of strings"),
+    ({"epochs_done": "2"}, "epochs_done is a string, expected an integer"),
+    ({"epochs_done": 2.0}, "epochs_done is a number, expected an integer"),
+    ({"config": []}, "config is a list, expected an object"),
+    ({"checkpoint_sha256": 7}, "checkpoint_sha256 is an integer, expected a string or null"),
+])
+def test_a_field_of_another_type_is_one_line_naming_the_file(changes, match, manifest, tmp_path):
+    write_manifest(tmp_path / MANIFEST, {**manifest, **changes})
+    with pytest.raises(RunError, match=match) as err:
+        read_manifest(tmp_path / MANIFEST)
+    assert "\n" not in str(err.value) and f"delete the folder {tmp_path}" in str(err.value)
+
+
+@pytest.mark.parametrize("text, match", [("[1, 2]", "is not a JSON object .it holds a list"),
+                                         ("{", "is unreadable"), ("[" * 100_000, "nested too deeply")])
+def test_a_file_that_is_no_manifest_is_one_line(text, match, tmp_path):
+    (tmp_path / MANIFEST).write_text(text)
+    (tmp_path / CHECKPOINT).write_bytes(b"")  # then the remedy is to delete the manifest only
+    with pytest.raises(RunError, match=match) as err:
+        read_manifest(tmp_path / MANIFEST)
+    assert "\n" not in str(err.value) and f"--resume rebuilds it from {CHECKPOINT}" in str(err.value)
+
+
+def test_the_checkpoint_must_be_the_one_the_manifest_recorded(manifest, tmp_path):
+    state = {k: {} for k in CHECKPOINT_KEYS} | {"epoch": 1, "metrics": [], "data_sha256": "ab"}
+    data, digest = serialize_checkpoint(state)
+    (tmp_path / CHECKPOINT).write_bytes(data)
+    assert checkpoint_of(tmp_path, {})["epoch"] == 1  # nothing recorded: nothing to compare
+    assert checkpoint_of(tmp_path, {**manifest, "checkpoint_sha256": "old", "checkpoint_sha256_writing": digest})
+    with pytest.raises(RunError, match=f"is not the file {tmp_path / MANIFEST} recorded .its sha256 differs"):
+        checkpoint_of(tmp_path, {**manifest, "checkpoint_sha256": "0" * 64})
+
+
+# ----------------------------------------------------------------------------- hostile run files
+@pytest.mark.usefixtures("one_thread")
+class TestHostileManifest:
+    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
+    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
+
+    @pytest.mark.parametrize("edit, match", [
+        (lambda run: (run / "manifest.json").write_text(deeply_nested()), "manifest.json is unreadable (nested"),
+        (lambda run: edit_manifest(run, checkpoint_sha256=[1]), "checkpoint_sha256 is a list, expected a string or null"),
+        (lambda run: edit_manifest(run, checkpoint_sha256_writing={}), "checkpoint_sha256_writing is an object, expected"),
+        (lambda run: edit_manifest(run, devices=5), "manifest.json: devices is an integer, expected a list of strings"),
+        (lambda run: edit_manifest(run, devices=["cpu", 5]), "devices holds an integer, expected a list of strings"),
+        (lambda run: edit_manifest(run, status=["running"]), "manifest.json: status is a list, expected a string"),
+        (lambda run: edit_manifest(run, status="bogus"), "manifest.json: status is 'bogus', not one of running, "),
+        (lambda run: edit_manifest(run, resolved=[]), "manifest.json: resolved is a list, expected an object"),
+        (lambda run: replace_by(run / "manifest.json", "/dev/zero"), "manifest.json is unreadable (not a regular file"),
+        (lambda run: replace_by(run / "manifest.json", "fifo"), "manifest.json is unreadable (not a regular file"),
+    ], ids=["nested", "sha list", "sha writing dict", "devices 5", "devices [cpu, 5]", "status list", "status bogus",
+            "resolved list",
+            "/dev/zero", "fifo"])
+    def test_a_hostile_manifest_is_one_line_naming_it(self, edit, match, unfinished, npz, capsys, no_hang):
+        out = unfinished.parents[1]
+        edit(unfinished)
+        err = one_line([*cli(out, npz, "--epochs", "2"), "--resume"], capsys, match)
+        assert str(unfinished / "manifest.json") in err and "delete" in err
+        with pytest.raises(RunError, match=r"manifest\.json") as raised:
+            load_runs(out)
+        assert "\n" not in str(raised.value)
+
+    def test_a_manifest_larger_than_any_the_engine_writes_is_refused_unread(self, unfinished, npz, capsys, monkeypatch):
+        with open(unfinished / "manifest.json", "ab") as f:
+            f.truncate(1 << 40)  # sparse: a terabyte that takes no space
+        one_line([*cli(unfinished.parents[1], npz, "--epochs", "2"), "--resume"], capsys, "manifest.json is unreadable "
+                 "(larger than")
+
+
+def row(epoch, **changes):
+    """A row as the engine writes it (every key of :class:`MetricsRow`), with ``changes``."""
+    values = {k: 0.5 for k in MetricsRow.__annotations__}
+    values.update(epoch=epoch, step=6 * epoch, lr=None, log2_rescale=0, rescale_count=0)
+    return {**values, **changes}
+
+
+def test_the_row_is_the_epochs_numbers_then_the_timings():
+    assert tuple(MetricsRow.__annotations__) == (*EpochMetrics.__annotations__, *Timings.__annotations__)
+    assert TIMING_KEYS == ("seconds", "train_seconds", "eval_seconds", "images_per_s")
+    assert set(SHOWN) <= set(EpochMetrics.__annotations__) and FINAL_KEYS == ("epoch", *SHOWN)
+
+
+def test_rows_that_keep_the_rules_pass():
+    check_rows([row(1), row(2, train_acc=1.0, test_acc=0.0, lr=0.1)], "ckpt")
+    check_rows([], "ckpt")
+
+
+@pytest.mark.parametrize("rows, match", [
+    ([["not", "a", "row"]], "metrics row 1 = .* not a JSON object"),
+    ([row(1, lr="0.1")], "metrics row 1 whose 'lr' = '0.1' is not a number or null"),
+    ([row(1), row(3)], "metrics row 2 of epoch 3, not of epoch 2"),
+    ([{**row(1), "epoch": 1.0}], "metrics row 1 of epoch 1.0, not of epoch 1"),
+    ([row(1, train_acc=1.5)], r"train_acc = 1.5 is not a finite number in \[0, 1\]"),
+    ([row(1, test_loss=math.nan)], "test_loss = nan is not a finite number"),
+    ([row(1, train_loss=-1.0)], "train_loss = -1.0 is not a finite number"),
+    ([{k: v for k, v in row(1).items() if k != "test_acc"}], "test_acc = None is not a finite number"),
+])
+def test_a_row_that_breaks_a_rule_is_one_line_naming_the_checkpoint(rows, match, tmp_path):
+    with pytest.raises(RunError, match=match) as err:
+        check_rows(rows, tmp_path / "checkpoint.pt")
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "checkpoint.pt"))
+
+
+def test_written_rows_read_back_the_same_from_the_file_or_its_folder(tmp_path):
+    rows = [row(1), row(2, lr=math.inf)]
+    write_metrics(tmp_path / "metrics.jsonl", rows)
+    assert read_metrics(tmp_path / "metrics.jsonl") == read_metrics(tmp_path) == rows
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_a_line_that_is_not_an_object_is_one_line_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(row(1)) + "\n[1, 2]\n" + json.dumps(row(3)) + "\n")
+    with pytest.raises(RunError, match=r"metrics.jsonl line 2 is not a JSON object") as err:
+        read_metrics(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_partial_last_line_is_dropped_only_when_asked(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(row(1)) + "\n" + json.dumps(row(2))[:20])
+    assert read_metrics(path, drop_partial_last=True) == [row(1)]
+    with pytest.raises(RunError, match="line 2 is not a JSON object"):
+        read_metrics(path)
+
+
+def test_a_folder_in_place_of_the_file_is_refused_unread(tmp_path):
+    (tmp_path / "run" / "metrics.jsonl").mkdir(parents=True)
+    with pytest.raises(RunError, match=r"metrics.jsonl is unreadable \(.*; delete the file and rerun with --resume"):
+        read_metrics(tmp_path / "run")
+
+
+def test_a_finished_runs_file_must_be_its_checkpoints_rows_or_their_first(tmp_path):
+    saved = [row(1), row(2), row(3)]
+    check_metrics_file(saved, saved, "metrics.jsonl", "checkpoint.pt")
+    check_metrics_file(saved[:2], saved, "metrics.jsonl", "checkpoint.pt")  # killed before its metrics were written
+    with pytest.raises(RunError, match=r"is not the 3 metrics rows of checkpoint.pt \(its row 2 of 3 differs"):
+        check_metrics_file([row(1), row(2, test_acc=0.9), row(3)], saved, "metrics.jsonl", "checkpoint.pt")
+    with pytest.raises(RunError, match="its row 4 of 4 differs"):
+        check_metrics_file(saved + [row(3)], saved, "metrics.jsonl", "checkpoint.pt")
+
+
+# ----------------------------------------------------------------------------- hostile input
+@pytest.mark.usefixtures("one_thread")
+class TestHostileMetrics:
+    """Metrics that disagree with the checkpoint (the hostile-input probe's defect 15): one line naming the file,
+    the run folder untouched; rows lost at the end are rewritten from the checkpoint."""
+
+    def test_the_metrics_of_a_finished_run_must_be_the_checkpoints(self, npz, arrays, tmp_path, capsys):
+        """15: a duplicated metrics line is refused, naming the file; a metrics file that lost its last rows (killed
+        between the last checkpoint and its metrics) is rewritten from the checkpoint."""
+        config = TrainConfig(**{**TINY, "epochs": 2}, schedule="step", data=npz)
+        out = tmp_path / "out"
+        run = out / "step" / "seed0"
+        train_run(config, run, arrays, progress=False)
+        argv = ["--data", npz, "--out", str(out), *CLI_TINY, "--epochs", "2", "--schedule", "step", "--resume"]
+        lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+        (run / "metrics.jsonl").write_text("".join(lines + lines[-1:]))
+        before = files_of(run)
+        refused(argv, capsys, str(run / "metrics.jsonl"), "checkpoint.pt")
+        assert files_of(run) == before
+        (run / "metrics.jsonl").write_text(lines[0])
+        assert main(argv) == 0
+        assert (run / "metrics.jsonl").read_text() == "".join(lines)
+        np.testing.assert_array_equal(load_runs(out)[0]["metrics"]["epoch"], [1, 2])
+
+
+# ----------------------------------------------------------------------------- hostile run files
+@pytest.mark.usefixtures("one_thread")
+class TestHostileMetricsFiles:
+    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
+    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
+
+    @pytest.mark.parametrize("edit, match", [
+        (lambda run: (run / "metrics.jsonl").write_text(deeply_nested() + "\n"), "metrics.jsonl line 1 is not a JSON"),
+        (lambda run: replace_by(run / "metrics.jsonl", "/dev/zero"), "metrics.jsonl is unreadable (not a regular file"),
+        (lambda run: replace_by(run / "metrics.jsonl", "fifo"), "metrics.jsonl is unreadable (not a regular file"),
+    ], ids=["nested", "/dev/zero", "fifo"])
+    def test_a_hostile_metrics_file_is_one_line_naming_it(self, edit, match, finished, npz, capsys, no_hang):
+        out = finished.parents[1]
+        edit(finished)
+        err = one_line([*cli(out, npz, "--epochs", "1"), "--resume"], capsys, match)
+        assert "delete the file" in err
+        with pytest.raises(RunError, match=match.replace("(", r"\(")):
+            load_runs(out)
+
+
+# ----------------------------------------------------------------------------- metrics.jsonl in a run folder
+@pytest.mark.usefixtures("one_thread")
+def test_metrics_lines_that_do_not_parse_are_named_and_a_killed_epochs_partial_line_is_dropped(arrays, tmp_path):
+    cfg = TrainConfig(**{**TINY, "epochs": 2}, schedule="step")
+    run = tmp_path / "step" / "seed0"
+    train_run(cfg, run, arrays, progress=False, stop_after=1)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 2, "step": 12, "train_lo')  # the partial write of a killed epoch
+    (r,) = load_runs(tmp_path)
+    assert list(r["metrics"]["epoch"]) == [1]
+    assert train_run(cfg, run, arrays, progress=False, resume=True).epochs_done == 2
+    assert [row["epoch"] for row in read_metrics(run)] == [1, 2]
+    good = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(good[:len(good) - 30])  # a finished run's metrics cut mid-line
+    with pytest.raises(RunError, match="metrics.jsonl line 2 is not a JSON object .*delete the file and rerun with "
+                                       "--resume"):
+        load_runs(tmp_path)
+    (run / "metrics.jsonl").unlink()  # as the message says: rewritten from the checkpoint
+    assert train_run(cfg, run, arrays, progress=False, resume=True).message == "already finished"
+    assert (run / "metrics.jsonl").read_text() == good
+    (run / "manifest.json").write_text("null")
+    with pytest.raises(RunError, match="manifest.json is not a JSON object"):
+        load_runs(tmp_path)

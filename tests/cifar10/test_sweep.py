@@ -1,28 +1,98 @@
-"""explr.cifar10.sweep: many runs in worker processes (the data through shared memory), checked before any starts."""
+"""explr.cifar10.sweep: every run checked before any starts, many runs in worker processes (the data through shared memory) and as submitit jobs (the local executor here; tests/slurm/ on a real SLURM cluster)."""
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from explr.cifar10 import hardware, load_runs, run_many
-from explr.cifar10 import sweep
+from explr.cifar10 import config, load_runs, run_many, sweep
 from explr.cifar10.__main__ import main
-from explr.cifar10.config import TrainConfig, config_to_argv
-from explr.cifar10.preflight import prepare
-from explr.cifar10.sources import make_synthetic
-from explr.cifar10.status import RunState, Status
-from explr.cifar10.arrays import write_npz
-from explr.cifar10.sweep import attach_arrays, share_arrays
+from explr.cifar10.config import TrainConfig, config_to_argv, resolved_settings
+from explr.cifar10.data import CifarArrays, make_synthetic
+from explr.cifar10.engine import TrainingDiverged
+from explr.cifar10.files import DiskFull, RunState, Status, lock_holder
+from explr.cifar10.runfolder import read_metrics
+from explr.cifar10.sweep import attach_arrays, check_launcher, prepare, share_arrays
 
-from cifar10_helpers import CLI_TINY, TINY, _cli, _wait_for_epochs, alive, tiny_arrays, tiny_npz
+from cifar10_helpers import (
+    CLI_TINY, TINY, _cli, _wait_for_epochs, alive, cli, edit_manifest, fails_in_one_line, one_line, reproducible,
+    tiny_arrays, tiny_npz, write_npz,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
+npz = pytest.fixture(tiny_npz, scope="module", name="npz")
+
+
+# ----------------------------------------------------------------------------- hostile run files
+class TestHostileRunFiles:
+    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
+    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
+
+    def test_a_bogus_status_of_a_finished_run_is_one_line_naming_it_before_the_other_runs_train(self, finished, npz,
+                                                                                                 capsys):
+        """Issue 41 item 16: it was noticed after the other runs trained, as an exit 2 naming no file."""
+        out = finished.parents[1]
+        edit_manifest(finished, status="bogus")
+        err = one_line([*cli(out, npz, "--epochs", "1", "--seed", "0", "1"), "--resume"], capsys, "'bogus'")
+        assert str(finished / "manifest.json") in err, err
+        assert not (out / "step" / "seed1").exists()
+
+
+# ----------------------------------------------------------------------------- validated before anything starts
+def test_every_run_is_checked_before_the_first_starts(npz, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    base = ["--data", npz, "--out", str(out), *CLI_TINY]
+    # texp cannot be built at lr 1, wd 0.01: step must not have trained first
+    fails_in_one_line([*base, "--schedule", "step", "texp", "--lr", "1", "--wd", "0.01"], capsys, "schedule texp")
+    fails_in_one_line([*base, "--schedule", "step", "texp", "--rescale-above", "0.05"], capsys, "--rescale-above")
+    fails_in_one_line([*base, "--jobs", "2", "--seed", "0", "1", "--batch-size", "500"], capsys, "--batch-size")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    fails_in_one_line([*base, "--device", "cuda"], capsys, "CUDA is not available")
+    assert not out.exists()
+
+
+def test_truncated_npz_and_constant_images_are_refused_before_start(arrays, tmp_path, capsys):
+    good = write_npz(tmp_path / "good.npz", arrays).read_bytes()
+    (tmp_path / "cut.npz").write_bytes(good[: len(good) // 2])
+    fails_in_one_line(["--data", str(tmp_path / "cut.npz"), "--out", str(tmp_path / "o"), *CLI_TINY], capsys,
+                      "truncated or damaged")
+    for value in (0, 77):
+        flat = CifarArrays(np.full_like(arrays.x_train, value), arrays.y_train, arrays.x_test, arrays.y_test,
+                           source="flat", kind="npz")
+        write_npz(tmp_path / "flat.npz", flat)
+        fails_in_one_line(["--data", str(tmp_path / "flat.npz"), "--out", str(tmp_path / "o"), *CLI_TINY], capsys,
+                          "constant")  # the words are data.py's
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- the data, read once
+def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batch(npz, tmp_path, monkeypatch):
+    """--no-progress reaches the decoder, and the batch size is checked by the loader before anything is cached."""
+    import explr.cifar10.sweep as sweep_mod
+    from explr.cifar10 import TrainConfig
+
+    seen = {}
+    real = sweep_mod.load_cifar10
+
+    def recording(data, root, **kwargs):
+        seen.update(kwargs)
+        return real(data, root, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "load_cifar10", recording)
+    configs = [TrainConfig(schedule="step", seed=0, data=npz, epochs=1, batch_size=32, depth=8, threads=1),
+               TrainConfig(schedule="texp", seed=0, data=npz, epochs=1, batch_size=64, depth=8, threads=1)]
+    sweep_mod.prepare(configs, tmp_path, progress=False)
+    assert seen == {"progress": False, "batch_size": 64}
+
+
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
@@ -131,13 +201,13 @@ def test_jobs_beyond_any_machine_are_one_line_before_anything_starts(jobs, tmp_p
 def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, jobs, cpus, device, workers,
                                                                          tmp_path, monkeypatch, capsys):
     pools = []
-    monkeypatch.setattr(hardware, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(config, "available_cpus", lambda: cpus)
     monkeypatch.setattr(sweep, "_run_processes", lambda runs, arrays, jobs, *rest: pools.append(jobs) or [])
-    monkeypatch.setattr(hardware, "resolve_device", lambda name: torch.device(device))
+    monkeypatch.setattr(config, "resolve_device", lambda name: torch.device(device))
     configs = [TrainConfig(**TINY, seed=s) for s in range(runs)]
     run_many(configs, tmp_path, arrays=tiny_arrays(), jobs=jobs, progress=False)
     assert pools == [workers]
-    assert hardware.workers(jobs, runs, torch.device(device)) == workers
+    assert config.workers(jobs, runs, torch.device(device)) == workers
     capped = f"--jobs {jobs}: {workers} runs at a time, as many as the CPUs"
     assert (capped in capsys.readouterr().err) == (workers < min(jobs, runs))
 
@@ -145,7 +215,7 @@ def test_the_pool_has_no_more_workers_than_runs_and_on_the_cpu_than_cpus(runs, j
 def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tmp_path, monkeypatch):
     """Issue 41 item 15: a 1-run sweep with ``--jobs 2`` was checked for two workers' threads and trained with
     one's, so a ``--resume`` of it in a 2-run sweep with ``--jobs 2`` was refused ("threads=4 (now 2)")."""
-    monkeypatch.setattr(hardware, "available_cpus", lambda: 5)  # threads: 4 for one worker, 2 each for two
+    monkeypatch.setattr(config, "available_cpus", lambda: 5)  # threads: 4 for one worker, 2 each for two
     default_threads = {**TINY, "threads": None}
     assert main(["--schedule", "step", "--jobs", "2", "--data", npz, "--out", str(tmp_path),
                  *config_to_argv(TrainConfig(**default_threads)), "--no-progress"]) == 0
@@ -181,3 +251,122 @@ def test_a_passed_deadline_starts_no_run(arrays, tmp_path):
     results = run_many(configs, tmp_path, arrays=arrays, jobs=2, progress=False, deadline=time.time() - 1)
     assert [r.status for r in results] == ["not started", "not started"]
     assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
+
+
+@pytest.mark.slow  # separate processes (spawn: each imports torch)
+def test_two_run_sweep_through_submitit_local_executor(tmp_path, capsys):
+    pytest.importorskip("submitit")
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    args = ["--schedule", "step", "texp", "--data", data, *CLI_TWO_EPOCHS]
+    assert main([*args, "--out", str(tmp_path / "cluster"), "--launcher", "submitit", "--cluster", "local",
+                 "--time", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("finished") == 2
+    assert not list(tmp_path.rglob("%j")) and list((tmp_path / "cluster" / ".submitit").glob("*_0_log.out"))
+    runs = load_runs(tmp_path / "cluster")
+    assert sorted(r["schedule"] for r in runs) == ["step", "texp"]
+    assert all(r["manifest"]["status"] == "finished" and r["manifest"]["format"] == "explr.cifar10/1" for r in runs)
+    # the same runs as trained here, and resubmitting with --resume is a no-op
+    assert main([*args, "--out", str(tmp_path / "here")]) == 0
+    for s in ("step", "texp"):
+        a = read_metrics(tmp_path / "cluster" / s / "seed0")
+        b = read_metrics(tmp_path / "here" / s / "seed0")
+        assert reproducible(a) == reproducible(b)
+    before = (tmp_path / "cluster" / "step" / "seed0" / "checkpoint.pt").read_bytes()
+    assert main([*args, "--out", str(tmp_path / "cluster"), "--launcher", "submitit", "--cluster", "local",
+                 "--resume"]) == 0
+    assert (tmp_path / "cluster" / "step" / "seed0" / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.slow  # separate processes (each imports torch)
+def test_submitit_local_jobs_end_with_their_parent_on_sigint(tmp_path):
+    """The parent exits 130 after its local jobs recorded "interrupted" (they used to train on, orphaned)."""
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    run = tmp_path / "out" / "texp" / "seed0"
+    cmd = [sys.executable, "-m", "explr.cifar10", "--schedule", "texp", "--data", data, "--out", str(tmp_path / "out"),
+           *CLI_TINY, "--epochs", "200", "--launcher", "submitit", "--cluster", "local"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not ((run / "metrics.jsonl").exists() and read_metrics(run)):
+        assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
+        time.sleep(0.05)
+    job = lock_holder(run)[0]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert not lock_holder(run)[1] and not alive(job)  # the job's process ended too
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and len(read_metrics(run)) < 200
+
+
+@pytest.mark.slow  # a separate process (it imports torch)
+def test_a_job_resolves_device_precision_and_threads_on_its_own_node(tmp_path, monkeypatch):
+    """The submitter sees a GPU (patched here), its job does not (submitit's local executor hides every GPU from a job
+    that asks for none): the job trains on the CPU in fp32 with this machine's default threads, as its manifest says.
+    (Resolved where it was prepared, the job trained with cuda and bf16: it failed.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolved_settings(TrainConfig())["device"] == "cuda"  # what the submitter would resolve
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    config = TrainConfig(**{**TINY, "epochs": 1, "threads": None}, data=data)
+    [result] = sweep.submit([config], tmp_path / "out", cluster="local", timeout_min=10)
+    assert result.status is Status.FINISHED, result.message
+    resolved = load_runs(tmp_path / "out")[0]["manifest"]["resolved"]
+    threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert (resolved["device"], resolved["precision"], resolved["threads"]) == ("cpu", "fp32", threads)
+
+
+@pytest.mark.slow  # a separate process (it imports torch)
+def test_cuda_is_submitted_from_a_host_without_one_when_the_jobs_ask_for_gpus(tmp_path, monkeypatch):
+    """``--device cuda`` is the node's to check: submitted from this host without CUDA when the jobs ask for a GPU,
+    it fails in the job (whose local executor has none to give); asking for no GPU is refused at submit."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    data = str(write_npz(tmp_path / "tiny.npz", tiny_arrays()))
+    config = TrainConfig(**{**TINY, "epochs": 1}, data=data, device="cuda")
+    with pytest.raises(ValueError, match=r"^device \(--device\) 'cuda': the jobs ask for 0 GPU\(s\)"):
+        sweep.submit([config], tmp_path / "out", cluster="local")
+    with pytest.raises(ValueError, match="give --gpus-per-run 3 or more"):
+        sweep.check_gpus([TrainConfig(device="cuda:2")], 2)
+    try:
+        [result] = sweep.submit([config], tmp_path / "out", cluster="local", gpus_per_run=1, timeout_min=10)
+    except ValueError as err:
+        pytest.fail(f"refused at submit: {err}")
+    if not torch.cuda.device_count():  # the job's machine (this one) has no GPU either: the job says so
+        assert result.status is Status.FAILED and "CUDA is not available" in result.message, result.message
+
+
+def test_options_the_chosen_launcher_would_ignore_are_refused():
+    with pytest.raises(ValueError, match="^--jobs is for --launcher local"):
+        check_launcher("submitit", jobs=2)
+    with pytest.raises(ValueError, match="^--partition and --account are SLURM's"):
+        check_launcher("submitit", cluster="local", partition="gpu")
+    with pytest.raises(ValueError, match="^--partition, --gpus-per-run, --no-wait only apply to --launcher submitit"):
+        check_launcher("local", partition="gpu", gpus_per_run=1, wait=False)
+    check_launcher("local", jobs=4)
+    check_launcher("submitit", cluster="slurm", partition="gpu", account="me", gpus_per_run=1, wait=False)
+
+
+def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--cluster slurm" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("err, status", [(DiskFull("seed0/checkpoint.pt", "disk full while writing (test)"),
+                                          Status.DISK_FULL),
+                                         (TrainingDiverged("the training loss is nan (test)"), Status.DIVERGED)])
+def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, status, tmp_path, monkeypatch):
+    """A job's full disk was an exception, which submitit reports as the job failing: status "failed", exit code 5
+    (a worker of the local pool said "disk full", 6)."""
+    def stopped(*args, **kwargs):
+        raise err
+
+    monkeypatch.setattr(sweep, "train_on_node", stopped)
+    r = sweep.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
+    assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)

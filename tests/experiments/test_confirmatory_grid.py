@@ -15,8 +15,7 @@ import torch
 import explr.cifar10.runs as runs_mod
 from explr.book.judging import open_runs, split_runs
 from explr.book.registration import PLAN_V3_PATH, load_plan
-from explr.cifar10 import RunResult, Status, TrainingDiverged, hardware, make_synthetic, preflight, run_dir, sweep
-from explr.cifar10 import files
+from explr.cifar10 import RunResult, Status, TrainingDiverged, files, make_synthetic, run_dir, sweep
 from explr.cifar10.files import DiskFull
 
 from cifar10_helpers import tiny_arrays, tiny_npz
@@ -91,7 +90,7 @@ def loads(monkeypatch):
         raise AssertionError("the data was loaded before the flags, the plan and the run folders were checked")
 
     monkeypatch.setattr(grid, "load_cifar10", never)
-    monkeypatch.setattr(preflight, "load_cifar10", never)
+    monkeypatch.setattr(sweep, "load_cifar10", never)
     return loaded
 
 
@@ -255,7 +254,7 @@ def test_the_default_jobs_are_the_runs_of_a_round_capped_by_the_cpus(tmp_path, m
         pools.append(jobs)
         return []
 
-    monkeypatch.setattr(hardware, "available_cpus", lambda: 2)
+    monkeypatch.setattr("explr.cifar10.config.available_cpus", lambda: 2)
     monkeypatch.setattr(sweep, "_run_processes", pool)
     monkeypatch.setattr(grid, "load_cifar10", lambda *args, **kwargs: tiny_arrays())
     monkeypatch.setattr(grid, "complete_seeds", lambda plan, runs: [])

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explr.cifar10.arrays import write_npz
+from cifar10_helpers import write_npz
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("exact_twins", ROOT / "experiments" / "exact_twins.py")

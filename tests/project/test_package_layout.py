@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from explr.cifar10.status import RunState, Status
+from explr.cifar10.files import RunState, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "explr"

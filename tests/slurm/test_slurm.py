@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from explr.cifar10 import cluster
+from explr.cifar10 import sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.lock import lock_holder
-from explr.cifar10.metrics import read_metrics
+from explr.cifar10.files import lock_holder
+from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.runfolder import run_dir
 from explr.cifar10.runs import train_run
 
@@ -155,7 +155,7 @@ def time_limited(partition, npz, tmp_path_factory):
     releases it (with its five minutes back, as a requeued job that was not cut has them).
     """
     out = tmp_path_factory.mktemp("time-limit")
-    (job,) = cluster.submit([_config("texp", npz)], out, cluster="slurm", partition=partition, timeout_min=5,
+    (job,) = sweep.submit([_config("texp", npz)], out, cluster="slurm", partition=partition, timeout_min=5,
                           wait=False)
     pid = _stop_while_training(run_dir(out, "texp", 0))
     before = read_metrics(run_dir(out, "texp", 0))
@@ -166,7 +166,7 @@ def time_limited(partition, npz, tmp_path_factory):
 
 def test_a_preempted_job_checkpoints_requeues_and_resumes_from_its_last_epoch(partition, npz, reference, tmp_path):
     """The signal SLURM sends before it preempts a job (submitit's SIGUSR2), here from ``scancel --signal``."""
-    (job,) = cluster.submit([_config("step", npz)], tmp_path, cluster="slurm", partition=partition, timeout_min=5,
+    (job,) = sweep.submit([_config("step", npz)], tmp_path, cluster="slurm", partition=partition, timeout_min=5,
                           wait=False)
     pid = _stop_while_training(run_dir(tmp_path, "step", 0))
     before = read_metrics(run_dir(tmp_path, "step", 0))
@@ -201,14 +201,14 @@ def test_no_wait_then_resume_while_jobs_run_reports_running_runs_locked_and_skip
 
 def test_a_failed_job_is_exit_code_5_with_its_last_error_line(partition, npz, tmp_path, capsys, monkeypatch):
     data = shutil.copy(npz, tmp_path / "tiny.npz")
-    checked = cluster.prepare  # what submit checks with
+    checked = sweep.prepare  # what submit checks with
 
     def prepare_then_lose_the_data(*args, **kwargs):  # the data is gone by the time the job runs
         result = checked(*args, **kwargs)
         os.remove(data)
         return result
 
-    monkeypatch.setattr(cluster, "prepare", prepare_then_lose_the_data)
+    monkeypatch.setattr(sweep, "prepare", prepare_then_lose_the_data)
     assert main(_cli(str(data), tmp_path / "out", partition, "step")) == 5
     out, err = capsys.readouterr()
     assert "failed" in out

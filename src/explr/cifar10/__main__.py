@@ -8,7 +8,7 @@ metrics.jsonl, checkpoint.pt; see :mod:`explr.cifar10.runs`).  ``--resume`` cont
 runs, skips finished ones and starts missing ones, so the same command can simply be run again.
 The training options come from :class:`explr.cifar10.config.TrainConfig`'s fields; ``--help`` lists them.
 
-Exit codes (:class:`~explr.cifar10.status.Status`): 0 every run finished; 2 bad settings, data or run folders
+Exit codes (:class:`~explr.cifar10.files.Status`): 0 every run finished; 2 bad settings, data or run folders
 (one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
 or cluster job failed; 6 the disk filled up (one line; the run says "disk full" if its manifest could still be
 written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
@@ -25,13 +25,10 @@ import os
 import sys
 
 from ..params import Int
-from .cluster import check_launcher, submit
 from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
-from .files import DiskFull
-from .lock import exit_code, handle_signals
-from .manifest import MANIFEST
-from .runfolder import run_dir
-from .sweep import run_many
+from .files import DiskFull, exit_code, handle_signals
+from .runfolder import MANIFEST, run_dir
+from .sweep import check_launcher, run_many, submit
 
 __all__ = ["main", "build_parser"]
 

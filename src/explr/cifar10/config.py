@@ -1,25 +1,23 @@
-"""Every setting of a CIFAR-10 run, declared once: :class:`TrainConfig`, and the command line made from it.
+"""Every setting of a CIFAR-10 run, declared once, and what it resolves to: :class:`TrainConfig`, its command line,
+the schedule it plays, the machine it runs on and the named experiment plans.
 
-Each field of :class:`TrainConfig` carries its help text, its rule (type and valid range), its group
-and whether it changes the trajectory, in ``dataclasses.field(metadata=...)``.  From that one
-declaration come the command-line parser (:func:`add_config_arguments`: ``--`` + the field name
-with ``-``), the validation (:meth:`TrainConfig.validate`), the settings a resumed run must agree
-on (:data:`TRAJECTORY_KEYS`, and :data:`RESOLVED_KEYS` compared by their resolved value), the flags of a
-config (:func:`config_to_argv`) and the benchmark's options.  Adding an option means adding one field here.
-:class:`CommandLineParser` is the parser of every command line that takes them (the CLI, the experiment scripts).
-
-Beyond each field's own range, :meth:`TrainConfig.validate` refuses a weight decay at which the run cannot train:
-lr·wd at or beyond :func:`lr_wd_limit`, where SGD with momentum blows the weights up from the first step, and for an
-exponential schedule an lr·wd at which its growth rate α does not exist (:func:`explr.schedules.alpha`).
-
-The five schedules that :data:`SCHEDULES` names are built by :mod:`explr.cifar10.played`.
+Each field of :class:`TrainConfig` carries its help, its rule (type and range), its group and whether it changes the
+trajectory (``dataclasses.field(metadata=...)``): the parser (:func:`add_config_arguments`), the validation
+(:meth:`TrainConfig.validate`), the settings a resume must agree on (:data:`TRAJECTORY_KEYS`, :data:`RESOLVED_KEYS`)
+and :func:`config_to_argv` all come from it.  :func:`played_schedule` builds the five schedules of
+:data:`SCHEDULES` (Li & Arora 2020, Sec. 5); :func:`resolved_settings` resolves device, precision and CPU threads on
+the machine that trains; :func:`experiment_plan` names the runs of the book's experiments.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
+import platform
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -27,40 +25,24 @@ import numpy as np
 import torch
 
 from ..lr_scheduler import max_rescale_above
-from ..params import MAX_SEED, Choice, Flag, Float, Int, Numbers, Text
-from ..schedules import alpha, check_milestones
-from ..schedules import CORRECTIONS
+from ..params import Choice, Flag, Float, Int, MAX_SEED, Numbers, Text
+from ..schedules import (
+    CORRECTIONS, PlainSchedule, Schedule, alpha, check_milestones, cosine, step_decay, texp, texp_minus_minus,
+)
 
 __all__ = [
-    "SCHEDULES",
-    "EXPONENTIAL",
-    "PRECISIONS",
-    "COMPILE_MODES",
-    "LR_MIN",
-    "LR_MAX",
-    "RESCALE_ABOVE_MAX",
-    "MAX_EPOCHS",
-    "MAX_DEPTH",
-    "MAX_THREADS",
-    "MAX_DEVICE_INDEX",
-    "BN_EPS_MAX",
-    "FOLDER",
-    "MAX_JOBS",
-    "JOBS",
-    "TRAJECTORY_KEYS",
-    "RESOLVED_KEYS",
-    "TrainConfig",
-    "CommandLineParser",
-    "add_config_arguments",
-    "argument_type",
-    "configs_from_args",
-    "config_to_argv",
-    "default_decay_epochs",
-    "lr_wd_limit",
-    "milestones_at",
+    "BN_EPS_MAX", "COMPILE_MODES", "CommandLineParser", "EXPONENTIAL", "FOLDER", "JOBS", "LR_MAX", "LR_MIN",
+    "MAX_DEPTH", "MAX_DEVICE_INDEX", "MAX_EPOCHS", "MAX_JOBS", "MAX_THREADS", "PAPER_SCALE", "PRECISIONS",
+    "RESCALE_ABOVE_MAX", "RESOLVED_KEYS", "SCHEDULES", "SCHEDULE_BYTES_PER_STEP", "TRAJECTORY_KEYS", "TrainConfig",
+    "ablation_runs", "add_config_arguments", "argument_type", "available_cpus", "available_memory",
+    "check_lr_range", "check_schedule_memory", "config_to_argv", "configs_from_args", "default_decay_epochs",
+    "default_threads", "device_name", "experiment_plan", "lr_wd_limit", "main_runs", "milestones_at",
+    "paper_scale_milestones", "paper_scale_runs", "param_dtype", "played_schedule", "rescale_limit",
+    "resolve_device", "resolve_precision", "resolve_threads", "resolved_settings", "worker_gpus", "workers",
 ]
 
-#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.played`.
+
+#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.config`.
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 #: the schedules played as an exponential equivalent without weight decay: they need a scale-invariant network
 #: and are played with ``rescale_above``.
@@ -80,25 +62,18 @@ LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).ma
 RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
 #: the most epochs a run may ask for (``--epochs``).
 MAX_EPOCHS = 100_000
-#: the deepest PreResNet: 6n + 2 with n = 200, He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet
-#: trained in the literature (19.4M parameters).  Building and training cost grow linearly with the depth, and far
-#: deeper ones run out of memory only late or never finish building.
+#: the deepest PreResNet: He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet in the literature.
 MAX_DEPTH = 1202
-#: the most CPU threads a run may ask for: more than the hardware threads of any one machine today (two 192-core
-#: CPUs with SMT have 768), and ``torch.set_num_threads`` takes a C int.  Beyond the CPUs this process may use
-#: (:func:`explr.cifar10.hardware.available_cpus`) threads only wait for one another.
+#: the most CPU threads a run may ask for: more than any one machine has today (two 192-core CPUs with SMT: 768).
 MAX_THREADS = 1024
 #: the largest N of ``cuda:N``: torch keeps a device index in 8 bits (``torch.device("cuda:128")`` is cuda:-128).
 MAX_DEVICE_INDEX = 127
-#: the largest BatchNorm epsilon.  eps is added to each channel's batch variance, which BN divides out: it is a
-#: small stabiliser (torch's default 1e-5).  At 0.1 it already damps a channel of unit variance by 5 % (1/sqrt(1.1))
-#: and breaks the scale invariance of the network in proportion; large values make BN's outputs constant (1e39
-#: once trained a network whose loss stayed at ln 10).
+#: the largest BatchNorm epsilon: at 0.1 it already damps a unit-variance channel by 5 % (1/sqrt(1.1)), breaking the
+#: scale invariance in proportion; larger values make BN's outputs constant.
 BN_EPS_MAX = 0.1
 #: the rule of a folder setting (``--data-root``, the CLI's ``--out``).
 FOLDER = Text("a folder")
-#: the most runs one sweep trains at once on one machine (``--jobs``): each is a process with at least one thread, so
-#: as many as :data:`MAX_THREADS`.  The pool is smaller still: :func:`explr.cifar10.hardware.workers`.
+#: the most runs one sweep trains at once on one machine (``--jobs``), each a process of at least one thread.
 MAX_JOBS = MAX_THREADS
 #: the rule of ``--jobs`` (the CLI's and the experiment scripts').
 JOBS = Int(1, maximum=MAX_JOBS)
@@ -110,7 +85,7 @@ DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 @dataclass(frozen=True)
 class Device:
     """A device name the engine trains on; whether it is available here is
-    :func:`explr.cifar10.hardware.resolve_device`'s check."""
+    :func:`explr.cifar10.config.resolve_device`'s check."""
 
     index = Int(0, maximum=MAX_DEVICE_INDEX)
 
@@ -128,22 +103,9 @@ class Device:
 
 def lr_wd_limit(momentum: float) -> float:
     """2(1 + γ): the product λη of weight decay and learning rate from which on SGD with momentum γ cannot keep the
-    weights bounded: beyond it the weight norm grows geometrically from the first step.
-
-    torch's SGD with weight decay is v ← γv + ∇L(θ) + λθ, θ ← θ − ηv, that is
-
-        θ_{t+1} = (1 + γ − λη) θ_t − γ θ_{t−1} − η ∇L(θ_t).
-
-    Its weight-decay part is heavy-ball on the quadratic λ‖θ‖²/2, the recursion x_{t+1} = (1 + γ − λη) x_t − γ x_{t−1},
-    whose characteristic polynomial x² − (1 + γ − λη) x + γ is the one of :func:`explr.schedules.alpha` (Li & Arora
-    2020, Thm 2.5).  Both roots lie inside the unit circle iff 0 < λη < 2(1 + γ) (Jury's criterion: the polynomial's
-    value at x = −1, 2(1 + γ) − λη, must be positive; the stability region of Polyak's heavy-ball method, Polyak 1964).
-    Beyond it a real root below −1 makes the norm grow geometrically with alternating sign.  The gradient of a
-    scale-invariant loss is orthogonal to θ and shrinks as 1/‖θ‖ (Lemma 1.3), so it does not stop the growth: for
-    γ = 0 exactly, ‖θ_{t+1}‖² = (1 − λη)²‖θ_t‖² + η²‖∇L(θ_t)‖² ≥ (1 − λη)²‖θ_t‖² (as in
-    :func:`explr.invariance.equilibrium_step_angle`), so from λη = 2 on the norm never shrinks; for γ > 0 the
-    growth at the linear recursion's rate is what torch's SGD shows.  The schedules of :data:`EXPONENTIAL` train
-    without weight decay; they need the stricter λη ≤ (1 − √γ)², for their growth rate α to exist."""
+    weights bounded (heavy-ball on λ‖θ‖²/2 is stable iff 0 < λη < 2(1 + γ): Jury's criterion, Polyak 1964; the
+    derivation: docs/cifar10-engine.md, "Weight decays that blow up").  The :data:`EXPONENTIAL` schedules need the
+    stricter λη ≤ (1 − √γ)², for their growth rate α to exist (Li & Arora 2020, Thm 2.5)."""
     return 2.0 * (1.0 + momentum)
 
 
@@ -166,7 +128,7 @@ class TrainConfig:
     ``decay_epochs=None`` means the step-decay milestones at 50 % and 75 % of ``epochs`` (100 and
     150 of 200, the usual CIFAR recipe).  ``precision="auto"``: bf16 autocast on CUDA, float32
     elsewhere.  ``device="auto"``: CUDA if available, else CPU.  ``threads=None``: from the CPUs this
-    process may use (:func:`explr.cifar10.hardware.default_threads`).
+    process may use (:func:`explr.cifar10.config.default_threads`).
     """
 
     schedule: str = setting(
@@ -227,7 +189,7 @@ class TrainConfig:
                                   "hardware")
     compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware")
     threads: int | None = setting(
-        None, "torch CPU threads (default: the CPUs this process may use, by affinity and cgroup quota, minus one "
+        None, "torch CPU threads (default: the CPUs this process may use (its CPU affinity), minus one "
         "left for everything else; 1 per run on a GPU); results on a CPU depend on it; at most 1024, more than "
         "any one machine has", Int(1, maximum=MAX_THREADS), "hardware",
         trajectory="resolved", optional=True)
@@ -402,3 +364,229 @@ def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
         else:
             argv += [flag(name), str(value)]
     return argv
+
+
+def available_cpus() -> int:
+    """The CPUs in this process's affinity mask (``os.sched_getaffinity``; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes the host can still give (``MemAvailable`` of ``/proc/meminfo``); ``None`` where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def default_threads(device: torch.device, jobs: int = 1) -> int:
+    """Threads per run: 1 on a GPU; on a CPU ``max(1, (available_cpus() − 1) // jobs)`` (module docstring)."""
+    if device.type != "cpu":
+        return 1
+    return max(1, (available_cpus() - 1) // max(1, jobs))
+
+
+def workers(jobs: int, runs: int, device: torch.device) -> int:
+    """The worker processes of a sweep of ``runs`` runs, ``jobs`` at a time: never more than the runs, and on the CPU
+    never more than :func:`available_cpus` (each worker trains with at least one thread of its own, and threads
+    beyond the CPUs only wait for one another: module docstring).  On a GPU, where a worker's CPU mostly waits for its
+    kernels, ``jobs`` is not capped by the CPUs.  The threads of each run come from ``jobs``
+    (:func:`default_threads`), not from this number, so that they do not depend on how many runs a sweep holds."""
+    n = min(jobs, runs)
+    return min(n, available_cpus()) if device.type == "cpu" else n
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA if available, else CPU; an unavailable CUDA is a ``ValueError`` naming ``--device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device (--device) {name!r}: CUDA is not available on this machine (use --device cpu "
+                             "or auto)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device (--device) {name!r}: this machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"device (--device) {name!r}: MPS is not available on this machine")
+    return device
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` → bf16 autocast on CUDA, fp32 elsewhere."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
+def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) -> int:
+    return threads if threads is not None else default_threads(device, jobs)
+
+
+def param_dtype(precision: str) -> torch.dtype:
+    """The dtype of the weights under a resolved ``precision``: float64 for fp64, float32 otherwise (bf16 autocasts
+    the computation, not the weights)."""
+    return torch.float64 if precision == "fp64" else torch.float32
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G.
+
+    ``visible`` is the parent's ``CUDA_VISIBLE_DEVICES`` (its entries are reused, so a parent limited
+    to GPUs 2,3 hands out 2 and 3); ``count`` the number of GPUs (``torch.cuda.device_count()``).
+    With no GPU every entry is ``None`` (nothing to set).
+    """
+    count = torch.cuda.device_count() if count is None else count
+    if count < 1:
+        return [None] * workers
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
+    ids = ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
+    return [ids[i % count] for i in range(workers)]
+
+
+def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
+    """The values of :data:`~explr.cifar10.config.RESOLVED_KEYS` of a :class:`~explr.cifar10.config.TrainConfig`
+    on this machine, one run of ``jobs`` at a time: device, precision, CPU threads.  ``here=False``: the run trains
+    on another machine (a cluster job), which resolves them itself; they stay as given (``auto``, ``None``)."""
+    if not here:
+        return {"device": config.device, "precision": config.precision, "threads": config.threads}
+    device = resolve_device(config.device)
+    return {"device": str(device), "precision": resolve_precision(config.precision, device),
+            "threads": resolve_threads(config.threads, device, jobs)}
+
+
+#: bytes per step of building and playing a schedule, at its peak: a bound above every schedule's.
+SCHEDULE_BYTES_PER_STEP = 256
+
+
+def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config`` (module docstring), built and checked here:
+    the :class:`~explr.schedules.EquivalentSchedule` of an exponential schedule (log space, never overflows), or the
+    :class:`~explr.schedules.PlainSchedule` of ``step`` and ``cosine``.
+
+    Raises ``ValueError`` naming the flag for a schedule that does not fit in memory
+    (:func:`check_schedule_memory`) or an lr the optimizer would play below float32's normal range
+    (:func:`check_lr_range`)."""
+    c = config
+    E, S = c.epochs, steps_per_epoch
+    check_schedule_memory(c, S)
+    milestones = c.milestones()  # the config's, resolved before the maths floor is called
+    if c.schedule in ("step", "texp", "texp--"):
+        base = step_decay(c.lr, E, S, milestones, c.decay_factor)
+    else:
+        base = cosine(c.lr, E, S, per="epoch")
+    if c.schedule in ("step", "cosine"):
+        played = PlainSchedule(base, np.full(len(base), float(c.wd)), name=c.schedule)
+    elif c.schedule == "texp--":
+        played = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
+    else:
+        played = texp(base, c.wd, c.momentum, corrections=c.corrections)
+    check_lr_range(c, played, S)
+    return played
+
+
+def rescale_limit(config: TrainConfig) -> float | None:
+    """The ``rescale_above`` that :class:`~explr.lr_scheduler.PerStepLR` plays ``config``'s schedule with:
+    ``config.rescale_above`` for the exponential schedules, ``None`` for ``step`` and ``cosine`` (which never
+    rise above ``lr`` and are never rescaled)."""
+    return config.rescale_above if config.schedule in EXPONENTIAL else None
+
+
+def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
+    """Raise ``ValueError`` naming ``--epochs`` if the per-step schedule of ``config`` (epochs × steps per
+    epoch × :data:`SCHEDULE_BYTES_PER_STEP`) exceeds the memory available (:func:`available_memory`)."""
+    need, available = config.epochs * steps_per_epoch * SCHEDULE_BYTES_PER_STEP, available_memory()
+    if available is not None and need > available:
+        raise ValueError(f"epochs (--epochs) {config.epochs}: the per-step schedule of {config.epochs} epochs x "
+                         f"{steps_per_epoch} steps needs {need / 2**30:.3g} GiB of memory, more than the "
+                         f"{available / 2**30:.3g} GiB available here; lower --epochs or raise --batch-size")
+
+
+def check_lr_range(config: TrainConfig, played: Schedule, steps_per_epoch: int) -> None:
+    """Raise ``ValueError`` naming ``--lr`` if an lr the optimizer plays can fall below
+    :data:`~explr.cifar10.config.LR_MIN`.
+
+    ``step`` and ``cosine`` play their lr as it is; they never rise above ``lr`` (≤ ``LR_MAX``).  An
+    exponential schedule is played as lr_k·R_k, R the rescaling factor: a rescaling at step j sets
+    lr_j·R into (lr_0/4, lr_0], so R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j)), which bounds the played lr from
+    below; from above, ``rescale_above`` ≤ ``RESCALE_ABOVE_MAX`` bounds it."""
+    rescaled = rescale_limit(config) is not None
+    log_lr = played.log_lr  # -inf where an lr underflowed to 0 (decay factors of 1e-300)
+    if rescaled:
+        log_low = log_lr + np.minimum(0.0, log_lr[0] - math.log(4.0) - np.maximum.accumulate(log_lr))
+    else:
+        log_low = log_lr
+    k = int(np.argmin(log_low))
+    if log_low[k] < math.log(LR_MIN):
+        played_as = "lr as the optimizer plays it (rescaled)" if rescaled else "lr"
+        raise ValueError(f"lr (--lr) {config.lr:g}: the {config.schedule} schedule's {played_as} falls to "
+                         f"{math.exp(log_low[k]):.3g} in epoch {k // steps_per_epoch + 1}, below float32's smallest "
+                         f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")
+
+
+#: the settings of the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1.
+PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
+#: where the paper-scale pair decays: at 2/3 and 5/6 of training.
+PAPER_SCALE_DECAY_AT = (Fraction(2, 3), Fraction(5, 6))
+
+
+def paper_scale_milestones(epochs: int) -> list[int]:
+    """Decays at :data:`PAPER_SCALE_DECAY_AT`, 2/3 and 5/6 of training (8 and 10 of 12): a long phase 0 for the
+    exponential growth."""
+    return milestones_at(epochs, PAPER_SCALE_DECAY_AT)
+
+
+def _seeds_of(seeds, schedule: str) -> list[int]:
+    """``seeds`` for ``schedule``: one list for every schedule, or a mapping schedule → seeds."""
+    return list(seeds.get(schedule, ()) if isinstance(seeds, Mapping) else seeds)
+
+
+def main_runs(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], schedules=SCHEDULES,
+              **common) -> list[TrainConfig]:
+    """Every schedule × its seeds at the usual recipe; ``common``: any other :class:`TrainConfig` field."""
+    return [TrainConfig(schedule=s, seed=k, epochs=epochs, **common) for s in schedules for k in _seeds_of(seeds, s)]
+
+
+def ablation_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
+    """TEXP without momentum corrections, one run per seed (pair it with main's TEXP of the same seed)."""
+    return [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common) for k in seeds]
+
+
+def paper_scale_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
+    """Step Decay + WD and TEXP at :data:`PAPER_SCALE`, decays at :func:`paper_scale_milestones` (per seed)."""
+    decays = tuple(paper_scale_milestones(epochs))
+    return [TrainConfig(schedule=s, seed=k, epochs=epochs, decay_epochs=decays, **{**common, **PAPER_SCALE})
+            for k in seeds for s in ("step", "texp")]
+
+
+def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
+                    ablation: bool = True, paper_scale: bool = True, ablation_seeds: Iterable[int] | None = None,
+                    paper_seeds: Iterable[int] | None = None, paper_epochs: int | None = None,
+                    **common) -> dict[str, list[TrainConfig]]:
+    """Chapter 6's plan: ``main`` always; ``ablation-none`` if ``ablation`` and TEXP is among ``schedules``
+    (seeds: ``ablation_seeds``, default main's TEXP seeds); ``paper-scale`` if ``paper_scale`` (seeds:
+    ``paper_seeds``, default the first of main's; ``paper_epochs``, default ``epochs``).  ``common``: any other
+    :class:`TrainConfig` field, for every run (device, precision, data, depth, ...)."""
+    plan = {"main": main_runs(epochs, seeds, schedules, **common)}
+    texp_seeds = _seeds_of(seeds, "texp")
+    if ablation and "texp" in schedules:
+        plan["ablation-none"] = ablation_runs(epochs, texp_seeds if ablation_seeds is None else ablation_seeds,
+                                              **common)
+    if paper_scale:
+        first = [c.seed for c in plan["main"]][:1]
+        plan["paper-scale"] = paper_scale_runs(epochs if paper_epochs is None else paper_epochs,
+                                               first if paper_seeds is None else paper_seeds, **common)
+    return plan

@@ -7,7 +7,7 @@ in the package's ``direct_url.json`` (PEP 610).  :func:`committed_results` retur
 it exists, and otherwise downloads the repository archive at that revision once, extracts the metrics,
 manifests and READMEs of its ``results/`` into a cache folder and returns the folder there.
 
-A results tree holds one folder per experiment of a plan (:mod:`explr.cifar10.plans`: ``<tree>/<name>/``), or, like
+A results tree holds one folder per experiment of a plan (:mod:`explr.cifar10.config`: ``<tree>/<name>/``), or, like
 ``results/cifar10-subset``, only the main comparison at its top (``<tree>/<schedule>/seed<seed>/``).
 """
 from __future__ import annotations

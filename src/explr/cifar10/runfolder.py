@@ -1,55 +1,427 @@
-"""One run's folder on disk: where it lives (:func:`run_dir`), the runs under a folder (:func:`load_runs`), and every
-check made before the folder is used.  Each of its files has its module: :mod:`~explr.cifar10.manifest`,
-:mod:`~explr.cifar10.metrics`, :mod:`~explr.cifar10.checkpoint`; :mod:`explr.cifar10.lock` holds its lock, the
-signals and the errors, :mod:`explr.cifar10.files` the guarded reads and atomic writes of its files;
-:mod:`explr.cifar10.runs` trains into it.
-
-A run lives in ``<out>/<schedule>/seed<seed>/``::
-
-    manifest.json    full config, resolved device/precision/threads, data source (name,
-                     kind, sha256), git commit, torch version, status (one of
-                     :data:`~explr.cifar10.status.RECORDED`) and ``checkpoint_sha256``, the
-                     sha256 of checkpoint.pt as last written (the digest of the one being
-                     written, ``checkpoint_sha256_writing``, is recorded before it is written)
-    metrics.jsonl    one JSON object per finished epoch; rewritten atomically
-    checkpoint.pt    model, optimizer, scheduler and the metrics so far, after every epoch
-                     (atomic)
-    .lock            held (``fcntl.flock``) by the process training the run; holds its pid
-
-Checks.  :func:`check_run` inspects a run folder without writing anything and raises :class:`RunError`
-(one line, saying what to do) for: a path to it through a file, or too long to look up; a run folder that is a
-symbolic link (its files, and the temporary files removed at the start, would be those of the folder it points
-to); a ``.lock`` that is a link or not a file; a folder held by a live process (:class:`RunLocked`); a run that
-exists without ``resume``; a manifest that is not a readable JSON object, or whose fields that the engine reads
-(:data:`~explr.cifar10.manifest.MANIFEST_FIELDS`) are not of the types it writes, or whose status is none it
-writes; a checkpoint that is unreadable, not this engine's, or not the file the manifest recorded; a resume with
-other trajectory-defining settings (a setting the saved config lacks counts as its default), other *resolved*
-device type, precision or CPU threads, or other data (sha256, also for finished runs); a checkpoint whose
-epoch or tensors do not fit the run; a finished run whose metrics.jsonl does not parse.  The run files are
-read only if they are regular files (a FIFO would block, ``/dev/zero`` never ends), and the manifest and metrics
-only up to a size no run of this engine reaches; JSON nested too deeply for Python's parser is a line naming the
-file, not a ``RecursionError``.
+"""One run's folder ``<out>/<schedule>/seed<seed>/`` and its files, each with its schema: ``checkpoint.pt``
+(:func:`checkpoint_state`, checked before a resume), ``metrics.jsonl`` (one :class:`MetricsRow` per epoch,
+:func:`read_metrics`), ``manifest.json`` (the run's record with the checkpoint's sha256); :func:`check_run`, every
+check before a folder is used (:class:`RunError`, one line), and :func:`load_runs`, the runs under a folder.
+The files' formats: docs/cifar10-engine.md, "A run folder".
 """
 from __future__ import annotations
 
+import datetime as _dt
 import errno
+import hashlib
+import io
+import json
 import os
+import platform
+import subprocess
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Optional, TypedDict
 
 import numpy as np
 import torch
 
-from ..params import is_int
-from .arrays import DataIdentity
-from .checkpoint import CHECKPOINT, check_checkpoint, check_epoch, check_progress, check_states
-from .config import TRAJECTORY_KEYS, TrainConfig
-from .lock import LOCK, RunError, RunLocked, _locked_message, lock_holder, lock_is_a_link
-from .manifest import MANIFEST, checkpoint_of, read_manifest
-from .metrics import METRICS, check_metrics_file, check_rows, read_metrics
-from .status import RunState, Status
+from ..lr_scheduler import PerStepLR
+from ..models import PreResNet
+from ..params import Float, Text, is_int, is_real_type
+from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, rescale_limit
+from .data import DataIdentity
+from .files import (
+    LOCK, RECORDED, RunError, RunLocked, RunState, Status, lock_holder, lock_is_a_link, locked_message,
+    read_run_file, write_file,
+)
 
-__all__ = ["RunCheck", "check_folder", "check_run", "check_writable", "config_record", "load_runs", "run_dir"]
+__all__ = [
+    "CHECKPOINT", "CHECKPOINT_KEYS", "Checkpoint", "EpochMetrics", "FINAL_KEYS", "FORMAT", "MANIFEST",
+    "MANIFEST_FIELDS", "METRICS", "Manifest", "MetricsRow", "RunCheck", "SHOWN", "TIMING_KEYS", "Timings",
+    "check_checkpoint", "check_epoch", "check_folder", "check_metrics_file", "check_progress", "check_rows",
+    "check_run", "check_states", "check_writable", "checkpoint_of", "checkpoint_state", "config_record",
+    "git_commit", "load_checkpoint", "load_runs", "new_manifest", "read_manifest", "read_metrics", "record_end",
+    "record_epoch", "refuse", "run_dir", "serialize_checkpoint", "shown", "write_manifest", "write_metrics",
+]
+
+
+#: the checkpoint's name in a run folder
+CHECKPOINT = "checkpoint.pt"
+#: the metrics' name in a run folder
+METRICS = "metrics.jsonl"
+#: larger than the metrics of 100000 epochs (~60 MiB).
+MAX_METRICS_BYTES = 1 << 28
+_REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
+
+
+#: the numbers of a finished epoch (:meth:`~explr.cifar10.engine.Trainer.epoch_metrics`)
+EpochMetrics = TypedDict("EpochMetrics", {
+    "epoch": int, "step": int, "train_loss": float, "train_acc": float, "test_loss": float, "test_acc": float,
+    "lr": Optional[float], "log_lr": float, "lr_opt": float, "rescale": float, "log2_rescale": int,
+    "rescale_count": int, "weight_norm": Optional[float], "weight_norm_opt": float, "effective_lr": float,
+})
+#: the wall-clock seconds of an epoch (all, training, evaluation) and its training images per second
+Timings = TypedDict("Timings", {"seconds": float, "train_seconds": float, "eval_seconds": float,
+                                "images_per_s": float})
+
+
+class MetricsRow(EpochMetrics, Timings):
+    """One line of metrics.jsonl: the epoch's numbers, then its timings."""
+
+
+#: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
+TIMING_KEYS = tuple(Timings.__annotations__)
+#: the numbers of a row that a resume shows and reports (the progress bar, the manifest's "final"), and their rules
+SHOWN = {"train_loss": Float(0, lo_open=False), "train_acc": Float(0, 1, lo_open=False, hi_open=False),
+         "test_loss": Float(0, lo_open=False), "test_acc": Float(0, 1, lo_open=False, hi_open=False)}
+#: the manifest's ``final``: the last row's epoch and :data:`SHOWN` numbers
+FINAL_KEYS = ("epoch", *SHOWN)
+
+
+def check_rows(rows: list, path) -> None:
+    """The rows of the checkpoint at ``path``: JSON objects of epochs 1, 2, ... in order, holding only numbers or
+    null, with :data:`SHOWN` numbers that keep their rules; a :class:`RunError` naming ``path`` otherwise."""
+    wrong = _row_error(rows)
+    if wrong:
+        raise refuse(Path(path), wrong)
+
+
+def _row_error(rows: list) -> str | None:
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            return f"holds a metrics row {number} = {shown(row)}, not a JSON object"
+        bad = next((k for k, v in row.items() if not isinstance(k, str) or not (v is None or is_real_type(type(v)))),
+                   None)
+        if bad is not None:
+            return f"holds a metrics row {number} whose {shown(bad)} = {shown(row[bad])} is not a number or null"
+        if not is_int(row.get("epoch")) or row.get("epoch") != number:
+            return f"holds a metrics row {number} of epoch {shown(row.get('epoch'))}, not of epoch {number}"
+        for key, rule in SHOWN.items():
+            if not rule.ok(row.get(key)):
+                return f"holds a metrics row {number} whose {key} = {shown(row.get(key))} is not {rule.rule()}"
+    return None
+
+
+def write_metrics(path, rows) -> None:
+    """Write ``rows`` as ``path`` (one JSON object a line), atomically."""
+    write_file(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+
+
+def read_metrics(path, *, drop_partial_last: bool = False) -> list[dict]:
+    """The per-epoch rows of a run (``path``: its directory or its metrics.jsonl).
+
+    A line that is not a JSON object is a :class:`RunError` naming the file and the line, and so is a file that
+    is not a regular UTF-8 file of at most :data:`MAX_METRICS_BYTES`; a missing file is ``FileNotFoundError``.
+    ``drop_partial_last``: an unparsable last line is dropped instead (the partial write of a killed epoch).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    try:
+        lines = read_run_file(path, MAX_METRICS_BYTES).decode().splitlines()
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError) as err:
+        raise RunError(f"{path} is unreadable ({err}); {_REMEDY}") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            if drop_partial_last and number == len(lines):
+                break
+            row = None
+        if not isinstance(row, dict):
+            raise RunError(f"{path} line {number} is not a JSON object (truncated or hand-edited?); {_REMEDY}")
+        rows.append(row)
+    return rows
+
+
+def check_metrics_file(rows: list, saved_rows: list, path, checkpoint) -> None:
+    """The rows of a finished run's metrics file at ``path`` must be those of its ``checkpoint`` (``saved_rows``), or
+    the first of them (a process killed between the last checkpoint and its metrics:
+    :func:`~explr.cifar10.runs.train_run` rewrites them from the checkpoint); other rows (a duplicated or edited
+    line) are a :class:`RunError` naming both files."""
+    rows, expected = [json.dumps(r) for r in rows], [json.dumps(r) for r in saved_rows]  # as written (NaN = NaN)
+    if rows != expected[:len(rows)]:
+        first = next((i for i, (a, b) in enumerate(zip(rows, expected)) if a != b), len(expected))
+        raise RunError(f"{path} is not the {len(expected)} metrics rows of {checkpoint} (its row {first + 1} of "
+                       f"{len(rows)} differs: hand-edited?); delete it and rerun with --resume: it is rewritten from "
+                       "the checkpoint")
+
+
+#: the format of the run files (the checkpoint's and the manifest's ``format``)
+FORMAT = "explr.cifar10/1"
+
+
+class Checkpoint(TypedDict, total=False):
+    """What checkpoint.pt holds: :meth:`~explr.cifar10.engine.Trainer.state_dict` (model, optimizer, scheduler,
+    initial_loss), the epochs done and their metrics rows, the config as recorded, the resolved settings, the data's
+    sha256, the seconds trained and :data:`FORMAT`."""
+
+    model: dict
+    optimizer: dict
+    scheduler: dict
+    initial_loss: float | None
+    epoch: int
+    metrics: list
+    config: dict
+    resolved: dict | None
+    data_sha256: str
+    elapsed: float
+    format: str
+
+
+#: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
+#: the rules of the checkpoint's own fields (the settings are compared with the run's by runfolder.check_run)
+_SAVED = {"data_sha256": Text("the data's sha256 (a string)"), "elapsed": Float(0, lo_open=False),
+          "initial_loss": Float(0, lo_open=False)}
+
+
+def refuse(path: Path, what: str) -> RunError:
+    """The refusal of the run file ``path`` that ``what`` is wrong with."""
+    return RunError(f"{path} {what} (hand-edited?); restore it, or delete the folder {path.parent} to train this run "
+                    "again from the start")
+
+
+def shown(value) -> str:
+    """``repr(value)`` on one line of at most 40 characters, for an error message."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def checkpoint_state(trainer_state: dict, epoch: int, metrics: list, config: dict, resolved: dict, data_sha256: str,
+                     elapsed: float) -> Checkpoint:
+    """The checkpoint after ``epoch`` epochs (``config`` as recorded; of ``resolved``, :data:`RESOLVED_KEYS`)."""
+    return Checkpoint(**trainer_state, epoch=epoch, metrics=metrics, config=config,
+                      resolved={k: resolved[k] for k in RESOLVED_KEYS}, data_sha256=data_sha256, elapsed=elapsed,
+                      format=FORMAT)
+
+
+def serialize_checkpoint(state: Checkpoint) -> tuple[bytes, str]:
+    """The bytes ``torch.save`` makes of ``state``, and their sha256 (recorded in the manifest)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def load_checkpoint(folder) -> tuple[Checkpoint, str]:
+    """``folder/checkpoint.pt`` and its sha256, checked: readable and this engine's keys.  :class:`RunError` saying
+    what to do otherwise."""
+    folder = Path(folder)
+    path = folder / CHECKPOINT
+    try:
+        data = read_run_file(path)
+        saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
+        raise RunError(f"{path} is not a readable checkpoint ({reason[:160]}); delete the folder {folder} to train "
+                       "this run again from the start") from None
+    if (not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS)
+            or not isinstance(saved["config"], dict) or not isinstance(saved["metrics"], list)):
+        raise RunError(f"{path} is not a checkpoint of this engine (expected the keys {', '.join(CHECKPOINT_KEYS)}); "
+                       f"delete the folder {folder} to train this run again from the start")
+    return saved, hashlib.sha256(data).hexdigest()
+
+
+def check_checkpoint(saved: Checkpoint, path) -> None:
+    """The fields of the checkpoint at ``path`` that a resume reads and that need no run to check: ``data_sha256``
+    (a string), ``elapsed`` (seconds >= 0, if present), ``initial_loss`` (None or a finite loss >= 0, if present)
+    and ``resolved`` (None or a dict, if present).  Anything else is a :class:`RunError` naming ``path``."""
+    path = Path(path)
+    for key, rule in _SAVED.items():
+        if key in saved and not (key == "initial_loss" and saved[key] is None) and not rule.ok(saved[key]):
+            raise refuse(path, f"holds {key} = {shown(saved[key])}, not {rule.rule()}")
+    if saved.get("resolved") is not None and not isinstance(saved["resolved"], dict):
+        raise refuse(path, f"holds resolved = {shown(saved['resolved'])}, not a dict of settings")
+
+
+def check_epoch(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
+    """The checkpoint's epoch is an integer in [1, epochs] with one metrics row per epoch."""
+    epoch, rows = saved["epoch"], len(saved["metrics"])
+    if not (is_int(epoch) and 1 <= epoch <= config.epochs and rows == epoch):
+        raise RunError(f"{path} records epoch {epoch!r} with {rows} metrics rows, not an epoch in [1, "
+                       f"{config.epochs}] with one row each (hand-edited?); restore it, or delete the folder "
+                       f"{path.parent} to train this run again from the start")
+
+
+def check_states(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
+    """The model and optimizer states load into this run's network (built on the meta device, then given the
+    saved tensors themselves: nothing is allocated or copied)."""
+    try:
+        with torch.device("meta"):
+            model = PreResNet(config.depth, invariant=config.invariant, eps=config.bn_eps)
+        model.load_state_dict(saved["model"], assign=True)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.SGD(params, lr=1.0, momentum=config.momentum)
+        optimizer.load_state_dict(saved["optimizer"])
+        for p in params:
+            buf = optimizer.state.get(p, {}).get("momentum_buffer")
+            if buf is not None and buf.shape != p.shape:
+                raise ValueError(f"a momentum buffer of shape {tuple(buf.shape)} for a weight of shape {tuple(p.shape)}")
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        reason = " ".join(str(err).split())[:160]
+        raise RunError(f"{path} does not fit this run's PreResNet{config.depth} ({reason}); restore it, or delete "
+                       f"the folder {path.parent} to train this run again from the start") from None
+
+
+def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, path, *, schedule) -> None:
+    """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
+    is one that ``config``'s scheduler, playing ``schedule`` (``config``'s played schedule), loads
+    (:meth:`PerStepLR.check_state_dict`, the checks of its ``load_state_dict``) at the checkpoint's epoch:
+    ``last_epoch`` = epoch × ``steps_per_epoch``.  Otherwise a :class:`RunError` naming ``path``."""
+    path = Path(path)
+    state = saved["scheduler"]
+    try:
+        PerStepLR.check_state_dict(state, schedule, rescale_above=rescale_limit(config))
+    except (ValueError, TypeError, OverflowError) as err:
+        reason = " ".join(str(err).split())[:200]
+        raise refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None
+    steps = saved["epoch"] * steps_per_epoch
+    if state["last_epoch"] != steps:
+        raise refuse(path, f"holds a scheduler at step last_epoch = {state['last_epoch']}, not at the {steps} steps of "
+                     f"its {saved['epoch']} epochs")
+
+
+#: the manifest's name in a run folder
+MANIFEST = "manifest.json"
+#: larger than any manifest this engine writes (a few KiB).
+MAX_MANIFEST_BYTES = 1 << 24
+
+
+#: what manifest.json holds: :data:`~explr.cifar10.runfolder.FORMAT`, the status (one of
+#: :data:`~explr.cifar10.files.RECORDED`) and its message, the config as recorded, the resolved
+#: device/precision/threads, the devices it ran on, the data (name, kind, sha256), the environment (versions, git
+#: commit), when it started and was updated, the epochs done, the seconds trained, the checkpoint's sha256 (as written
+#: and as being written) and the last row's :data:`~explr.cifar10.runfolder.FINAL_KEYS` (``final``)
+Manifest = TypedDict("Manifest", {
+    "format": str, "status": str, "message": str, "config": dict, "resolved": dict, "devices": list, "data": dict,
+    "environment": dict, "started": str, "updated": str, "epochs_done": int, "elapsed_seconds": float,
+    "checkpoint_sha256": Optional[str], "checkpoint_sha256_writing": Optional[str], "final": dict,
+}, total=False)
+
+
+#: the manifest's fields that the engine reads: the JSON types it writes them with, and their description (a status
+#: must moreover be one it writes, :data:`~explr.cifar10.files.RECORDED`).
+MANIFEST_FIELDS = {
+    "status": ((str,), "a string"), "message": ((str,), "a string"), "config": ((dict,), "an object"),
+    "resolved": ((dict,), "an object"), "devices": ((list,), "a list of strings"),
+    "epochs_done": ((int,), "an integer"),
+    "checkpoint_sha256": ((str, type(None)), "a string or null"), "started": ((str,), "a string"),
+    "checkpoint_sha256_writing": ((str, type(None)), "a string or null"),
+}
+_JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def git_commit() -> dict:
+    """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
+    here = Path(__file__).resolve().parent
+    if os.environ.get("EXPLR_GIT_COMMIT"):
+        return {"commit": os.environ["EXPLR_GIT_COMMIT"], "dirty": None, "from": "EXPLR_GIT_COMMIT"}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+                               cwd=here, capture_output=True, text=True, timeout=10)
+        return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, device_name: str, data: dict,
+                 epochs_done: int, elapsed: float) -> Manifest:
+    """The manifest of a run starting (or resuming, ``previous`` its manifest) at ``epochs_done``, status running:
+    ``config`` as recorded, ``resolved`` what the trainer resolved, ``data`` the data's description."""
+    devices = list(previous.get("devices", []))
+    if device_name not in devices:
+        devices.append(device_name)
+    return {**previous,
+            "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config, "resolved": resolved,
+            "devices": devices, "data": data,
+            "environment": {
+                "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
+                "platform": platform.platform(), "git": git_commit(),
+                "cuda": torch.version.cuda if device.type == "cuda" else None,
+            },
+            "started": previous.get("started", _now()), "updated": _now(), "epochs_done": epochs_done,
+            "elapsed_seconds": elapsed}
+
+
+def write_manifest(path, manifest: Manifest) -> None:
+    """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.files.write_file`)."""
+    write_file(path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
+
+
+def record_epoch(path, manifest: Manifest, digest: str, epochs_done: int, elapsed: float) -> None:
+    """Record in ``manifest`` (and write at ``path``) an epoch whose checkpoint, of sha256 ``digest``, is written."""
+    manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
+                     "epochs_done": epochs_done, "elapsed_seconds": elapsed})
+    write_manifest(path, manifest)
+
+
+def record_end(path, manifest: Manifest, status: Status, message: str, elapsed: float, history: list) -> None:
+    """Record in ``manifest`` (and write at ``path``) how the run ended, and its last row's :data:`FINAL_KEYS`."""
+    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
+                     "epochs_done": len(history)})
+    if history:
+        manifest["final"] = {k: history[-1][k] for k in FINAL_KEYS}
+    write_manifest(path, manifest)
+
+
+def _field_error(manifest: dict) -> str | None:
+    """What is wrong with the first field of :data:`MANIFEST_FIELDS` that ``manifest`` holds with another type."""
+    for key, (types, expected) in MANIFEST_FIELDS.items():
+        if key not in manifest:
+            continue
+        value = manifest[key]
+        if type(value) not in types:
+            return f"{key} is {_JSON_TYPES[type(value)]}, expected {expected}"
+        wrong = [_JSON_TYPES[type(d)] for d in value if type(d) is not str] if key == "devices" else []
+        if wrong:
+            return f"{key} holds {wrong[0]}, expected {expected}"
+        if key == "status" and value not in RECORDED:
+            return f"status is {value!r}, not one of {', '.join(RECORDED)}"
+    return None
+
+
+def read_manifest(path) -> Manifest:
+    """The manifest at ``path`` (a JSON object whose fields the engine reads have its types, a regular file of at most
+    :data:`MAX_MANIFEST_BYTES`); :class:`RunError` naming the file and what to delete otherwise."""
+    path = Path(path)
+    remedy = (f"delete it (--resume rebuilds it from {CHECKPOINT})" if (path.parent / CHECKPOINT).exists()
+              else f"delete the folder {path.parent}")
+    try:
+        manifest = json.loads(read_run_file(path, MAX_MANIFEST_BYTES))
+    except RecursionError:
+        raise RunError(f"{path} is unreadable (nested too deeply to parse; hand-edited?); {remedy}") from None
+    except (ValueError, OSError) as err:
+        raise RunError(f"{path} is unreadable ({err}); {remedy}") from None
+    if not isinstance(manifest, dict):
+        raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}; hand-edited?); {remedy}")
+    wrong = _field_error(manifest)
+    if wrong:
+        raise RunError(f"{path}: {wrong} (hand-edited?); {remedy}")
+    return manifest
+
+
+def checkpoint_of(folder, manifest: Manifest) -> Checkpoint:
+    """``folder/checkpoint.pt`` (:func:`~explr.cifar10.runfolder.load_checkpoint`), and the file ``manifest``
+    recorded (its sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
+    folder = Path(folder)
+    saved, digest = load_checkpoint(folder)
+    recorded = {manifest.get("checkpoint_sha256"), manifest.get("checkpoint_sha256_writing")} - {None}
+    if recorded and digest not in recorded:
+        raise RunError(f"{folder / CHECKPOINT} is not the file {folder / MANIFEST} recorded (its sha256 differs: "
+                       "damaged or changed since it was written); restore it from a backup, or delete it to train "
+                       "this run again from the start")
+    return saved
+
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
@@ -89,7 +461,7 @@ def load_runs(out) -> list[dict]:
 # ----------------------------------------------------------------------------- checking a run folder
 @dataclass
 class RunCheck:
-    """What :func:`check_run` found: its :class:`~explr.cifar10.status.RunState`; ``note`` a line to show."""
+    """What :func:`check_run` found: its :class:`~explr.cifar10.files.RunState`; ``note`` a line to show."""
 
     state: RunState
     epochs_done: int = 0
@@ -108,12 +480,15 @@ def config_record(config: TrainConfig) -> dict:
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    diff = []
-    if saved.get("device") and torch.device(saved["device"]).type != torch.device(now["device"]).type:
-        diff.append(f"device={saved['device']!r} (now {now['device']!r})")
-    if saved.get("precision") and saved["precision"] != now["precision"]:
+    """The resolved settings that differ; one still unresolved (``auto``, ``None``: resolved by the node that trains
+    the run, which checks it again) is not compared."""
+    diff, device = [], now["device"]
+    if saved.get("device") and device != "auto" and torch.device(saved["device"]).type != torch.device(device).type:
+        diff.append(f"device={saved['device']!r} (now {device!r})")
+    if saved.get("precision") and now["precision"] != "auto" and saved["precision"] != now["precision"]:
         diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
-    if torch.device(now["device"]).type == "cpu" and saved.get("threads") and saved["threads"] != now["threads"]:
+    on_cpu = device != "auto" and torch.device(device).type == "cpu"
+    if on_cpu and now["threads"] is not None and saved.get("threads") and saved["threads"] != now["threads"]:
         diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
                     f"--threads {saved['threads']})")
     return diff
@@ -163,7 +538,7 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
         raise RunError(f"{folder / LOCK} is not a file (the run's lock is an ordinary file); delete it")
     pid, held = lock_holder(folder) if not holding_lock else (None, False)
     if held:
-        raise RunLocked(_locked_message(folder, pid))
+        raise RunLocked(locked_message(folder, pid))
     note = (f"{folder}: stale lock: {folder / LOCK} names process {pid}, which does not hold it (its run was "
             "killed?); its last checkpoint is kept") if pid and not held else ""
     if not resume and ((folder / CHECKPOINT).exists() or (folder / METRICS).exists()):
@@ -175,8 +550,8 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
 def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *, schedule,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train on ``data`` into ``folder``?  Raises :class:`RunError` (module docstring); writes
-    nothing.  ``schedule``: ``config``'s played schedule (:func:`~explr.cifar10.checkpoint.check_progress`);
-    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.lock.RunLock` (skip the lock check)."""
+    nothing.  ``schedule``: ``config``'s played schedule (:func:`~explr.cifar10.runfolder.check_progress`);
+    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock check)."""
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:

@@ -1,26 +1,15 @@
-"""One run of the CIFAR-10 engine: train it into its folder, with resume, signals, divergence and a full disk;
-:class:`RunResult`, what became of a run.
+"""One run trained into its folder: :func:`prepare_run` (a :class:`PreparedRun`: the config validated, its schedule
+built, its folder checked, nothing written), :func:`train_prepared` and :func:`train_run`, and :class:`RunResult`.
 
-One run = one (schedule, seed) pair trained for ``epochs`` epochs into ``<out>/<schedule>/seed<seed>/``
-(manifest.json, metrics.jsonl, checkpoint.pt, .lock: :mod:`explr.cifar10.runfolder`; each file's format:
-:mod:`~explr.cifar10.manifest`, :mod:`~explr.cifar10.metrics`, :mod:`~explr.cifar10.checkpoint`).
-
-Safety.  :func:`train_run` prepares the run (:func:`~explr.cifar10.prepared.prepare_run`: the folder checked once),
-and :func:`train_prepared` builds the trainer before it creates anything, then takes the lock, removes temporary
-files a killed writer left, checks the folder again only if its files changed meanwhile, and trains.  Every epoch
-the checkpoint's sha256 is recorded in the manifest (first as the one being written, then as the one written), so
-a resume notices a damaged checkpoint.  SIGINT or
-SIGTERM (:func:`~explr.cifar10.lock.handle_signals`) ends a run with status "interrupted" and the checkpoint of
-its last finished epoch intact, and a full disk (:class:`~explr.cifar10.files.DiskFull`) with status "disk full"
-(where the manifest can still be written) and that checkpoint intact; ``resume=True`` continues it exactly.
-
-Outcome.  A run's result is one :class:`RunResult`, wherever it trained: :func:`train_run` returns it, a sweep
-reads it from the folder of a run trained elsewhere (:meth:`RunResult.from_folder`), and
-:meth:`RunResult.of_error` turns the error that stopped a run into its :class:`~explr.cifar10.status.Status`
-(for the CLI, the local pool and submitit alike).
+Training takes the run's lock, removes the temporary files of a killed writer, checks the folder again if it changed
+since it was prepared, then writes a checkpoint, its sha256 in the manifest and the metrics after every epoch.
+SIGINT/SIGTERM/SIGHUP/SIGUSR2 end a run "interrupted", a full disk "disk full", divergence "diverged", each with the
+checkpoint of the last finished epoch intact; ``resume=True`` continues it to identical metrics.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,36 +17,143 @@ from pathlib import Path
 
 import torch
 
-from . import files
-from .arrays import CifarArrays
-from .checkpoint import CHECKPOINT, Checkpoint, checkpoint_state, serialize_checkpoint
-from .config import TrainConfig
+from ..lr_scheduler import check_rescale_above
+from ..schedules import Schedule
+from .config import TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolved_settings
+from .data import CifarArrays, DataIdentity, load_cifar10
 from .engine import Trainer, TrainingDiverged
-from .hardware import device_name
-from .files import DiskFull, write_file
-from .lock import RunError, RunLock, RunLocked, signal_name
-from .manifest import (
-    MANIFEST,
-    Manifest,
-    checkpoint_of,
-    new_manifest,
-    read_manifest,
-    record_end,
-    record_epoch,
-    write_manifest,
+from .files import DiskFull, RunError, RunLock, RunLocked, RunState, Status, remove_leftovers, signal_name, write_file
+from .runfolder import (
+    CHECKPOINT, Checkpoint, MANIFEST, METRICS, Manifest, MetricsRow, RunCheck, TIMING_KEYS, check_run,
+    checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics, record_end,
+    record_epoch, serialize_checkpoint, write_manifest, write_metrics,
 )
-from .metrics import METRICS, TIMING_KEYS, MetricsRow, read_metrics, write_metrics
-from .prepared import PreparedRun, prepare_run
-from .runfolder import config_record
-from .sources import load_cifar10
-from .status import RunState, Status
 
-__all__ = ["SWEEP_GOES_ON", "RunResult", "train_prepared", "train_run"]
+__all__ = ["PreparedRun", "RunResult", "SWEEP_GOES_ON", "prepare_run", "train_prepared", "train_run"]
+
+
+#: the run files as checked: (name, inode, size, mtime in ns) of each that exists (an atomic rewrite: a new inode)
+FolderFiles = tuple
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run ready to train: its ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings
+    (:data:`~explr.cifar10.config.RESOLVED_KEYS`), the identity of its ``data``, the ``schedule`` it plays, what
+    ``check`` found in its folder and the folder's files as they were checked (``seen``)."""
+
+    config: TrainConfig
+    folder: Path
+    resume: bool
+    resolved: dict
+    data: DataIdentity
+    schedule: Schedule
+    check: RunCheck
+    seen: FolderFiles
+
+    @property
+    def state(self) -> RunState:
+        """The folder's :class:`~explr.cifar10.files.RunState`: a new run, one to resume, or a finished one."""
+        return self.check.state
+
+    @property
+    def note(self) -> str:
+        """A line worth showing (a stale lock), or ``""``."""
+        return self.check.note
+
+    def check_data(self, arrays: CifarArrays) -> None:
+        """:class:`RunError` unless ``arrays`` are the data this run was prepared with (a worker that loaded its own)."""
+        if arrays.sha256 != self.data.sha256:
+            raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
+                           f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
+
+    def resolved_here(self) -> PreparedRun:
+        """This run with its device, precision and CPU threads resolved on this machine (it was prepared on another:
+        a cluster job's submitter), checked against them: playable in that precision, and a resume with the same
+        ones (:func:`~explr.cifar10.runfolder.check_run`).  ``ValueError`` or :class:`RunError` otherwise."""
+        resolved = resolved_settings(self.config)
+        if resolved == self.resolved:
+            return self
+        _check_playable(self.config, self.schedule, resolved, _describe(self.config))
+        seen = folder_files(self.folder)
+        check = check_run(self.config, self.folder, self.data, self.resume, resolved, schedule=self.schedule)
+        return dataclasses.replace(self, resolved=resolved, check=check, seen=seen)
+
+    def confirmed(self) -> PreparedRun:
+        """This run, its folder checked again (:func:`~explr.cifar10.runfolder.check_run`, by a caller holding its
+        lock) only if the folder's files differ from those checked.  :class:`RunError` if they no longer pass."""
+        now = folder_files(self.folder)
+        if now == self.seen:
+            return self
+        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True,
+                          schedule=self.schedule)
+        return dataclasses.replace(self, check=check, seen=now)
+
+
+def folder_files(folder: Path) -> FolderFiles:
+    """The run files of ``folder`` as (name, inode, size, mtime in ns); those missing are left out."""
+    seen = []
+    for name in (MANIFEST, CHECKPOINT, METRICS):
+        try:
+            st = os.stat(folder / name)
+        except OSError:
+            continue
+        seen.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(seen)
+
+
+def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
+                resolved: dict | None = None) -> PreparedRun:
+    """Make ``config``'s run into ``folder`` ready (module docstring); writes nothing.
+
+    ``resolved``: the settings of one run of ``jobs`` at a time (:func:`~explr.cifar10.config.resolved_settings`),
+    where the caller resolved them already.  Raises ``ValueError`` (one line naming the flag) for a schedule that
+    cannot be played and :class:`RunError` for a folder it cannot train into."""
+    config.validate()
+    resolved = resolved if resolved is not None else resolved_settings(config, jobs)
+    folder, data = Path(folder), arrays.identity
+    where = _describe(config)
+    schedule = _built_schedule(config, data, where)
+    seen = folder_files(folder)  # before the check: a change during it is seen under the lock
+    check = check_run(config, folder, data, resume, resolved, schedule=schedule)  # a resume's other settings first
+    _check_playable(config, schedule, resolved, where)
+    return PreparedRun(config, folder, resume, resolved, data, schedule, check, seen)
+
+
+def _describe(config: TrainConfig) -> str:
+    """The run and its schedule's flags, for the lines that refuse them."""
+    limit = rescale_limit(config)
+    rescaled = "" if limit is None else f", --rescale-above {limit:g}"
+    return (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
+            f"{config.momentum:g}, --epochs {config.epochs}{rescaled})")
+
+
+def _built_schedule(config: TrainConfig, data: DataIdentity, where: str) -> Schedule:
+    """``config``'s schedule built for the real number of steps, once; one ``ValueError`` line otherwise."""
+    if config.batch_size > data.n_train:
+        raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {data.n_train} training images "
+                         f"of {data.source}")
+    try:
+        return played_schedule(config, data.n_train // config.batch_size)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _check_playable(config: TrainConfig, schedule: Schedule, resolved: dict, where: str) -> None:
+    """An exponential schedule's ``rescale_above`` against its first lr and the weights' dtype (PerStepLR's rule)."""
+    limit = rescale_limit(config)
+    if limit is None:
+        return
+    try:  # lr[0] is exactly what PerStepLR plays (np.ldexp of its mantissa and exponent)
+        check_rescale_above(limit, float(schedule.lr[0]), param_dtype(resolved["precision"]))
+    except ValueError as err:
+        raise ValueError(f"{where} cannot be played: {err}") from None
+
 
 # ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
 class RunResult:
-    """What became of one run: its folder ``out``, :class:`~explr.cifar10.status.Status`, epochs done (``None``
+    """What became of one run: its folder ``out``, :class:`~explr.cifar10.files.Status`, epochs done (``None``
     where the run's process did not say), a message, its metrics rows and, for a run submitted without waiting,
     its submitit ``job_id``; :attr:`final` is its last metrics row."""
 
@@ -76,7 +172,7 @@ class RunResult:
     @classmethod
     def of_error(cls, folder, err: BaseException) -> "RunResult":
         """The result of a run that ``err`` stopped: diverged (:class:`~explr.cifar10.engine.TrainingDiverged`),
-        locked (a :class:`~explr.cifar10.lock.RunError`: another process took its folder after the sweep's checks)
+        locked (a :class:`~explr.cifar10.files.RunError`: another process took its folder after the sweep's checks)
         or disk full (:class:`~explr.cifar10.files.DiskFull`)."""
         if isinstance(err, TrainingDiverged):
             return cls(Path(folder), Status.DIVERGED, None, str(err))
@@ -117,7 +213,7 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
     """Train one run into the folder ``out`` (created); see the module docstring for the files.
 
     ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
-    is) and starts fresh otherwise.  The run is prepared first (:func:`~explr.cifar10.prepared.prepare_run`:
+    is) and starts fresh otherwise.  The run is prepared first (:func:`~explr.cifar10.runs.prepare_run`:
     problems with the folder raise :class:`RunError` before anything is written), then trained
     (:func:`train_prepared`, which takes the other arguments).
     """
@@ -130,15 +226,15 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` (:class:`~explr.cifar10.prepared.PreparedRun`) on ``arrays`` (loaded here if
+    """Train the prepared ``run`` (:class:`~explr.cifar10.runs.PreparedRun`) on ``arrays`` (loaded here if
     ``None``: they must be the data it was prepared with).
 
     The trainer is built before anything is created; then the run's lock is taken, temporary files a killed writer
     left are removed, and the folder is checked again only if its files changed since the run was prepared
-    (:meth:`~explr.cifar10.prepared.PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k (status
+    (:meth:`~explr.cifar10.runs.PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k (status
     "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
     (:class:`~explr.cifar10.engine.Trainer`).  Raises :class:`TrainingDiverged` when the run diverges
-    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`~explr.cifar10.lock.Terminated`) when
+    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`~explr.cifar10.files.Terminated`) when
     interrupted and :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and
     record the status in the manifest (a full disk: if the manifest can still be written).
     """
@@ -151,7 +247,7 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
         torch.set_num_threads(run.resolved["threads"])
         trainer = _trainer(run, arrays, model)
     with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
-        files.remove_leftovers(run.folder)
+        remove_leftovers(run.folder)
         run = run.confirmed()
         if lock.stale_pid:
             print(f"{run.folder}: stale lock of process {lock.stale_pid} (killed?); continuing from its last "

@@ -1,14 +1,7 @@
-"""Many runs: everything checked before anything starts, then trained here, in worker processes, or on a cluster.
-
-:func:`~explr.cifar10.preflight.prepare` checks every run of a sweep before the first one starts.
-
-:func:`run_many` then trains the runs one after the other (``jobs=1``) or ``jobs`` at a time as
-separate processes (at most one per run, and on the CPU one per CPU: :func:`~explr.cifar10.hardware.workers`).  Workers get the data the parent loaded through shared memory (when ``/dev/shm``
-has room), worker i gets GPU i mod G (``CUDA_VISIBLE_DEVICES``), and a worker dies with its parent
-(``PR_SET_PDEATHSIG``); SIGINT/SIGTERM of the parent stop the workers, whose runs record "interrupted".
-
-:func:`run_plan` trains a plan of several experiments (:mod:`~explr.cifar10.plans`) in one pool.
-:func:`explr.cifar10.cluster.submit` sends each run as its own submitit job instead.
+"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in a pool of worker processes
+(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G, the data in shared memory) or as submitit jobs
+(:func:`submit`: each job resolves its device, precision and threads on its own node, and SLURM's requeue resumes
+it from its last checkpoint).
 """
 from __future__ import annotations
 
@@ -16,6 +9,7 @@ import dataclasses
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,17 +17,76 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .arrays import CifarArrays
-from .config import TrainConfig
-from .hardware import worker_gpus, workers
-from .files import DiskFull
-from .lock import exit_code, handle_signals
-from .preflight import prepare
-from .prepared import PreparedRun
-from .runs import SWEEP_GOES_ON, RunResult, train_prepared
-from .status import Status
+from .config import JOBS, TrainConfig, resolved_settings, worker_gpus, workers
+from .data import CifarArrays, load_cifar10
+from .files import DiskFull, RunLocked, RunState, Status, exit_code, handle_signals
+from .runfolder import check_folder, check_writable, run_dir
+from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
 
-__all__ = ["run_many", "run_plan", "share_arrays", "attach_arrays"]
+__all__ = [
+    "RunJob", "attach_arrays", "check_before_data", "check_gpus", "check_launcher", "check_slurm", "prepare",
+    "run_many", "run_plan", "share_arrays", "submit", "train_on_node",
+]
+
+
+# ----------------------------------------------------------------------------- checks before anything starts
+def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
+                      skip_locked: bool = False, here: bool = True) -> list[dict]:
+    """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
+    (``explr.cifar10.config.JOBS``), every config's settings, one folder per run, the device, that folders can
+    be created in ``out``, and every run folder that exists (:func:`~explr.cifar10.runfolder.check_folder`: a file
+    where a folder goes, its lock, a run there without ``resume``, its manifest; with ``skip_locked`` a folder that
+    a live process holds is left to :func:`prepare`).  Returns each config's resolved settings
+    (:func:`~explr.cifar10.config.resolved_settings` for ``jobs`` at a time; with ``here=False`` the runs train
+    elsewhere, which resolves them: the device is not checked here).  Creates nothing."""
+    if not configs:
+        raise ValueError("no runs: give at least one --schedule and --seed")
+    if not JOBS.ok(jobs):
+        raise ValueError(f"jobs (--jobs) must be {JOBS.rule()}; got {jobs!r}")
+    for c in configs:
+        c.validate()
+    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    if len(set(dirs)) != len(dirs):
+        raise ValueError("two runs would share a folder: give each (schedule, seed) once")
+    resolved = [resolved_settings(c, jobs, here=here) for c in configs]  # --device cuda without CUDA fails here
+    check_writable(out)
+    for d in dirs:
+        try:
+            check_folder(d, resume)
+        except RunLocked:
+            if not skip_locked:
+                raise
+    return resolved
+
+
+def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
+            jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
+    """Check every run of the sweep (module docstring); returns ``(arrays, runs, notes)``.  Creates nothing.
+
+    ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
+    decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
+    ``runs``: per config, its :class:`~explr.cifar10.runs.PreparedRun` (built and checked once: what its folder
+    holds is its ``state``); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
+    there instead of raising it.  ``notes`` are lines worth showing (stale locks).  ``here=False``: the runs train on
+    another machine, which resolves device, precision and threads (:func:`check_before_data`).
+    """
+    sources = {(c.data, c.data_root) for c in configs}
+    if arrays is None and len(sources) > 1:
+        raise ValueError("the runs of one sweep must use the same --data")
+    resolved = check_before_data(configs, out, resume=resume, jobs=jobs, skip_locked=skip_locked, here=here)
+    if arrays is None:
+        data, root = sources.pop()
+        arrays = load_cifar10(data, root, progress=progress, batch_size=max(c.batch_size for c in configs))
+    arrays.channel_stats  # noqa: B018  (constant images raise DataError)
+    runs = []
+    for c, r in zip(configs, resolved):
+        try:
+            runs.append(prepare_run(c, run_dir(out, c.schedule, c.seed), arrays, resume=resume, resolved=r))
+        except RunLocked as err:
+            if not skip_locked:
+                raise
+            runs.append(err)
+    return arrays, runs, [r.note for r in runs if not isinstance(r, RunLocked) and r.note]
 
 
 # ----------------------------------------------------------------------------- several runs on this machine
@@ -42,10 +95,10 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
              log_file: str | None = None) -> list[RunResult]:
     """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` trains up to that many at once.
 
-    Everything is checked first (:func:`~explr.cifar10.preflight.prepare`).  A diverged run is reported and the
+    Everything is checked first (:func:`~explr.cifar10.sweep.prepare`).  A diverged run is reported and the
     others go on, and so is a run whose folder another process took after the check (status "locked");
-    ``KeyboardInterrupt`` (SIGINT, or :class:`~explr.cifar10.lock.Terminated` for SIGTERM under
-    :func:`~explr.cifar10.lock.handle_signals`) stops the sweep after the running runs recorded it.
+    ``KeyboardInterrupt`` (SIGINT, or :class:`~explr.cifar10.files.Terminated` for SIGTERM under
+    :func:`~explr.cifar10.files.handle_signals`) stops the sweep after the running runs recorded it.
     Returns one :class:`~explr.cifar10.runs.RunResult` per run, in order.
 
     ``deadline`` (a ``time.time()``): then the runs still training are stopped (SIGTERM: they record
@@ -60,8 +113,8 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """:func:`run_many` of a plan (:mod:`explr.cifar10.plans`): experiment ``name``'s runs train into
-    ``<out>/<name>/``, every experiment checked (:func:`~explr.cifar10.preflight.prepare`, the data loaded once)
+    """:func:`run_many` of a plan (:mod:`explr.cifar10.config`): experiment ``name``'s runs train into
+    ``<out>/<name>/``, every experiment checked (:func:`~explr.cifar10.sweep.prepare`, the data loaded once)
     before any run starts, and all trained in one pool of ``jobs`` processes.  Returns one
     :class:`~explr.cifar10.runs.RunResult` per run, in plan order."""
     runs = []
@@ -72,7 +125,7 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
 
 
 def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays, list[PreparedRun]]:
-    """:func:`~explr.cifar10.preflight.prepare` the runs into ``out``, showing its notes; returns the data and the
+    """:func:`~explr.cifar10.sweep.prepare` the runs into ``out``, showing its notes; returns the data and the
     prepared runs."""
     arrays, runs, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
     for note in notes:
@@ -82,8 +135,8 @@ def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays,
 
 def _train_all(runs: list[PreparedRun], arrays, jobs, progress, deadline, log_file) -> list[RunResult]:
     """Train the prepared runs: here, one after the other, or in a pool of worker processes
-    (:func:`~explr.cifar10.hardware.workers`: no more than the runs, nor on the CPU than the CPUs).  Every run's
-    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.preflight.prepare` resolved them, however
+    (:func:`~explr.cifar10.config.workers`: no more than the runs, nor on the CPU than the CPUs).  Every run's
+    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.sweep.prepare` resolved them, however
     many runs the sweep holds: a run trained alone resumes in a larger sweep with the same ``jobs``."""
     if not runs:
         return []
@@ -240,3 +293,202 @@ def attach_arrays(handle: dict):
     views = {k: np.ndarray(shape, np.dtype(dtype), buffer=shm.buf, offset=offset)
              for k, (offset, shape, dtype) in handle["layout"].items()}
     return CifarArrays(**views, **handle["meta"]), shm
+
+
+# ----------------------------------------------------------------------------- a cluster, through submitit
+def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
+                   account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
+                   wait: bool = True, timeout_min: int | None = None) -> None:
+    """Refuse, in one ``ValueError`` line, options that the chosen launcher would silently ignore.
+
+    ``cluster`` and ``timeout_min`` are ``None`` where they were not given (submitit's run with slurm and
+    60 minutes then); given with ``launcher="local"``, like ``partition`` or ``wait=False``, they are refused."""
+    if launcher == "submitit":
+        if jobs != 1:
+            raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, "
+                             "and the cluster decides how many run at once")
+        if cluster == "local" and (partition or account):
+            raise ValueError("--partition and --account are SLURM's: they mean nothing with --cluster local")
+        return
+    given = [flag for flag, value in (("--cluster", cluster is not None), ("--partition", partition),
+                                      ("--account", account), ("--gpus-per-run", gpus_per_run),
+                                      ("--cpus-per-run", cpus_per_run), ("--time", timeout_min is not None),
+                                      ("--no-wait", not wait)) if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply to --launcher submitit (this sweep trains here)")
+
+
+def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
+    """A job sees only the GPUs it asks for: ``--device cuda[:N]`` needs ``gpus_per_run`` > N (one ``ValueError``
+    line otherwise).  Whether the node has them is the job's check, not the submitting host's."""
+    for c in configs:
+        c.validate()
+        if c.device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
+            raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
+                             f"(--gpus-per-run); give --gpus-per-run {int(c.device[5:] or 0) + 1} or more")
+
+
+def train_on_node(run: PreparedRun) -> RunResult:
+    """Train ``run``, prepared on the submitting host, on this node: the data loaded here (and checked to be the one
+    it was prepared with), its device, precision and CPU threads this node's
+    (:meth:`~explr.cifar10.runs.PreparedRun.resolved_here`)."""
+    c = run.config
+    arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
+    run.check_data(arrays)
+    return train_prepared(run.resolved_here(), arrays, progress=False)
+
+
+class RunJob:
+    """One prepared run (:class:`~explr.cifar10.runs.PreparedRun`) as a submitit job: trains (or resumes) it on
+    its node (:func:`train_on_node`), a run a full disk stopped included (its result says "disk full", as the local
+    pool's does); ``checkpoint`` requeues it with ``resume=True``."""
+
+    def __init__(self, run: PreparedRun):
+        self.run = run
+
+    def __call__(self) -> RunResult:
+        try:
+            return train_on_node(self.run)
+        except (*SWEEP_GOES_ON, DiskFull) as err:
+            return RunResult.of_error(self.run.folder, err)
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint (its
+        folder changed since it was prepared, so it is checked again under the lock)."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(RunJob(dataclasses.replace(self.run, resume=True)))
+
+
+def _slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run) -> list[str]:
+    flags = [f"--time={timeout_min}"]
+    for name, value in (("partition", partition), ("account", account), ("gpus-per-node", gpus_per_run),
+                        ("cpus-per-task", cpus_per_run)):
+        if value:
+            flags.append(f"--{name}={value}")
+    return flags
+
+
+def check_slurm(flags: list[str]) -> None:
+    """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted).
+
+    A missing ``sbatch``, an unknown partition or account, GPUs or CPUs the cluster does not have, or an
+    unreachable controller is one ``ValueError`` line.
+    """
+    if not shutil.which("sbatch"):
+        raise ValueError("--cluster slurm: there is no sbatch on this machine (not a SLURM cluster?); "
+                         "--cluster local runs the jobs here")
+    try:
+        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        raise ValueError("--cluster slurm: sbatch --test-only did not answer within 60 s") from None
+    if r.returncode != 0:
+        lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+        reason = (errors or lines or [f"exit code {r.returncode}"])[0]
+        raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
+
+
+def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
+           folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
+           account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
+    """Check the sweep (:func:`prepare`, all but what depends on the node: each job resolves its device, precision
+    and threads itself), then submit each run as one job of a submitit job array.
+
+    ``cluster``: ``"slurm"`` or ``"local"`` (submitit's local executor: subprocesses of this machine).  On
+    SLURM the request (partition, account, GPUs, CPUs, time) is checked first (:func:`check_slurm`).
+    ``folder``: submitit's logs and pickles (default ``<out>/.submitit``; files ``<job id>_...``).
+    With ``resume``, finished runs are skipped and runs held by a live process (a job still running) are
+    reported "locked"; neither is submitted.  ``wait=True`` waits for every job and returns one
+    :class:`~explr.cifar10.runs.RunResult` per run; otherwise returns at once, with the ``job_id`` of each run
+    submitted (status "submitted"; ``None`` for a run not submitted).  SIGINT
+    or SIGTERM while waiting cancels the jobs of ``cluster="local"`` (they end with this process);
+    SLURM jobs keep running.
+    """
+    try:
+        import submitit
+    except ImportError:
+        raise ValueError("--launcher submitit needs the submitit package (pip install submitit, pinned in "
+                         "requirements.txt)") from None
+    check_launcher("submitit", cluster=cluster, partition=partition, account=account)
+    check_gpus(configs, gpus_per_run)
+    _, runs, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
+    for note in notes:
+        print(note, file=sys.stderr)
+    dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
+    results = [_skipped(d, run) for d, run in zip(dirs, runs)]
+    todo = [i for i, r in enumerate(results) if r is None]
+    jobs = {}
+    if todo:
+        if cluster == "slurm":
+            check_slurm(_slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run))
+        try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
+            executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
+        except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
+            raise ValueError(f"--cluster {cluster}: {err}") from None
+        params = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_run, "name": "explr-cifar10"}
+        if cpus_per_run:
+            params["cpus_per_task"] = cpus_per_run
+        if cluster == "slurm":
+            params.update({k: v for k, v in (("slurm_partition", partition), ("slurm_account", account)) if v})
+        executor.update_parameters(**params)
+        with executor.batch():
+            submitted = [executor.submit(RunJob(runs[i])) for i in todo]
+        jobs = dict(zip(todo, submitted))
+    if not wait:
+        return [r or RunResult(Path(dirs[i]), Status.SUBMITTED, job_id=jobs[i].job_id) for i, r in enumerate(results)]
+    for i, r in _wait_for(jobs, dirs, cluster).items():
+        results[i] = r
+    return results
+
+
+def _skipped(folder: str, run) -> RunResult | None:
+    """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
+    if isinstance(run, RunLocked):
+        return RunResult.of_error(folder, run)
+    if run.state is RunState.FINISHED:
+        return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
+    return None
+
+
+def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
+    """{index: result} of every job, when all have ended (a job that failed is status "failed").  A local job has
+    ended when submitit's ``job.done()`` says so, a SLURM job when its result file is there (``job.done()`` would
+    ask ``sacct``, which clusters without accounting lack: a SLURM job killed before it wrote a result is waited
+    for until this process is interrupted)."""
+    pending, results = dict(jobs), {}
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if job.paths.result_pickle.exists() if cluster == "slurm" else job.done():
+                    results[i] = _outcome(dirs[i], pending.pop(i))
+            time.sleep(1 if pending else 0)
+    except KeyboardInterrupt:
+        if cluster == "local":  # the jobs are processes of this machine: they end with this one
+            for job in pending.values():
+                job.cancel(check=False)
+            deadline = time.monotonic() + 60
+            while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
+                  file=sys.stderr)
+        raise
+    return results
+
+
+def _outcome(folder: str, job) -> RunResult:
+    try:
+        return job.result()
+    except Exception as err:  # the job failed: submitit re-raises its error with the job's traceback
+        message = _last_error_line(str(err)) or type(err).__name__
+        return RunResult(Path(folder), Status.FAILED, None, f"job {job.job_id}: {message}")
+
+
+def _last_error_line(text: str) -> str:
+    """The last line of the job's traceback inside submitit's error message (which ends with log paths)."""
+    parts = text.split("-" * 22)
+    trace = parts[1] if len(parts) >= 3 else text
+    lines = [line.strip() for line in trace.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
