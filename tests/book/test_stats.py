@@ -3,25 +3,16 @@ sizes plans v2-v4 (v1/v2's Welch/TOST/Holm rule, v3's paired rule), the pilot's 
 cost.  The plans: test_registration.py; the decision rule: test_verdicts.py; runs to verdicts: test_judging.py."""
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
 import explr.book.verdicts as rule
-from explr.book.registration import PLAN_PATH, PLAN_V2_PATH, Claim, load_plan
 from explr.book.judging import summarise
-from explr.book.registration import PLAN_V3_PATH
+from explr.book.registration import Claim
 from explr.book.stats import TRAIN_IMAGES, complete_seeds, count_by_arm, grid_cost, pooled_sd, power, throughput, welch
-from test_judging import grid_run, run
-
-ROOT = Path(__file__).resolve().parents[2]
-PILOT = ROOT / "results" / "cifar10-full"
-PLAN = load_plan(PLAN_PATH)
-PLAN2 = load_plan(PLAN_V2_PATH)
-PLAN3 = load_plan(PLAN_V3_PATH)
-PLAN4 = load_plan()
+from test_judging import PILOT, PLAN, PLAN2, PLAN3, PLAN4, grid_run, run
 
 
 def summaries(**finals):
