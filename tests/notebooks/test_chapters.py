@@ -295,3 +295,36 @@ def test_the_check_cell_runner_returns_when_the_parameters_are_valid(tmp_path):
     further: so an out-of-range test above fails (``pytest.fail``) where a check is missing."""
     injected = run_to_the_check_cell("01_scale_invariance", {**SMOKE["01_scale_invariance"], "lr": 2.0}, tmp_path)
     assert "lr = 2.0" in injected
+
+
+#: the cells a reader does not see expanded on the page: collapsed (hide-input, hide-cell) or removed
+NOT_SHOWN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+#: the book's limit on a chapter's visible code (CONTRIBUTING.md): the code that teaches, not the plumbing
+MAX_VISIBLE_CODE = 150
+
+
+def visible_code_lines(chapter) -> int:
+    """The lines (blank ones included, as the page shows them) of the code cells shown expanded."""
+    return sum(len("".join(c["source"]).splitlines()) for c in cells(chapter)
+               if c["cell_type"] == "code" and not NOT_SHOWN & set(tags(c)))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_visible_code_is_at_most_150_lines(chapter):
+    assert visible_code_lines(chapter) <= MAX_VISIBLE_CODE, \
+        f"{chapter} shows {visible_code_lines(chapter)} lines of code: collapse plumbing (tag hide-input)"
+
+
+def test_the_visible_code_count_counts_what_the_page_shows():
+    """Chapter 1 with its collapsed cells expanded shows more than the limit: the count reads the tags."""
+    shown = sum(len("".join(c["source"]).splitlines()) for c in cells("01_scale_invariance")
+                if c["cell_type"] == "code" and "remove-cell" not in tags(c))
+    assert shown > MAX_VISIBLE_CODE >= visible_code_lines("01_scale_invariance")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_try_this_is_a_heading(chapter):
+    """One style for a chapter's "Try this": a ``##`` heading, never bold text."""
+    text = "\n".join("".join(c["source"]) for c in cells(chapter) if c["cell_type"] == "markdown")
+    assert re.search(r"^## Try this\s*$", text, flags=re.M), f"{chapter}: no '## Try this' heading"
+    assert "**Try this**" not in text
