@@ -10,7 +10,8 @@ The kernel's transport is encrypted (``KernelManager.transport_encryption = "aut
 the kernelspec declares CurveZMQ), so ipykernel does not warn "running over TCP without encryption".
 
 The notebook is written atomically: papermill writes into ``.<name>.partial.ipynb``; a finished run replaces
-``<name>.ipynb`` (``os.replace``), a failed one becomes ``<name>.failed.ipynb`` beside the last good one.
+``<name>.ipynb`` (``os.replace``) and removes an earlier ``<name>.failed.ipynb``; a failed one becomes that file,
+beside the last good one.
 Exit status 0, 1 (the chapter failed) or 2 (a parameter refused).
 """
 from __future__ import annotations
@@ -128,6 +129,7 @@ def rerun(notebook: Path, params: dict, out: Path = OUT, run=execute) -> Path:
             raise Refused(f"{line}{stated}\n{kept}") from None
         raise Failed(f"{notebook.name} failed in cell {err.cell_index}: {err.ename}: {line}\n{kept}") from None
     os.replace(partial, final)
+    failed.unlink(missing_ok=True)  # an earlier failure is no longer the latest run
     return final
 
 

@@ -89,7 +89,9 @@ def _writes_then(outcome):
 
 
 def test_a_finished_rerun_replaces_the_notebook(tmp_path):
+    """... and removes an earlier failed run: it is no longer the latest."""
     (tmp_path / CH01.name).write_text("last good")
+    (tmp_path / CH01.name.replace(".ipynb", ".failed.ipynb")).write_text("an earlier failure")
     written = runner.rerun(CH01, {"steps": 20}, tmp_path, run=_writes_then(None))
     assert written == tmp_path / CH01.name and json.loads(written.read_text()) == {"params": {"steps": 20}}
     assert sorted(p.name for p in tmp_path.iterdir()) == [CH01.name]
