@@ -122,3 +122,18 @@ def test_a_chapter_failing_after_its_check_exits_1_and_says_where(tmp_path):
     lines = str(err.value).splitlines()
     assert lines[0].startswith(f"{CH01.name} failed in cell ") and "ZeroDivisionError: division by zero" in lines[0]
     assert len(lines) == 2 and "failed run is in" in lines[1]
+
+
+def test_the_kernel_is_started_with_transport_encryption():
+    """ipykernel warns "running over TCP without encryption" unless the manager provisions CurveZMQ keys: the
+    runner's setting asks for them ("auto"), which takes effect only where pyzmq has Curve and the kernelspec
+    declares it; both hold here, or this fails."""
+    import zmq
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    manager = KernelManager(kernel_name="python3", config=Config(runner.KERNEL_CONFIG))
+    assert manager.transport_encryption == "auto" and zmq.has("curve")
+    assert "curve" in KernelSpecManager().get_kernel_spec("python3").metadata.get("supported_encryption", [])
+    assert KernelManager(kernel_name="python3").transport_encryption == "disabled", "the default, which warns"
