@@ -258,12 +258,15 @@ LANDING = r"""
   const img = fig && fig.querySelector('img');
   const table = [...document.querySelectorAll('article table')]
       .find(t => /Paper/.test((t.querySelector('thead') || {}).textContent || ''));
+  const toc = document.querySelector('article .toctree-wrapper');
   const rows = table ? [...table.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent.trim())) : null;
   return {figure: !!fig, figureLoaded: !!(img && img.complete && img.naturalWidth > 0),
           figureSrc: img ? img.currentSrc || img.src : '',
           caption: fig ? ((fig.querySelector('figcaption') || {}).textContent || '').trim() : '',
           rows,
-          refs: table ? [...table.querySelectorAll('a.reference.internal')].map(a => a.textContent.trim()) : []};
+          refs: table ? [...table.querySelectorAll('a.reference.internal')].map(a => a.textContent.trim()) : [],
+          // the list of chapters comes before the long results table
+          tocFirst: !!(toc && table && (toc.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING))};
 }
 """
 
@@ -280,7 +283,7 @@ def _results_module():
 
 def test_landing_page(book_html, browser):
     """The root page: its figure, its results table (every paper result with a resolved book number and
-    a check), the bibliography is there and cited, every chapter is linked in order."""
+    a check), the bibliography is there and cited, every chapter is linked in order, before the table."""
     page, log = browser.open(_url(book_html, PAGES[0]))
     try:
         _ready(page, log)
@@ -292,6 +295,7 @@ def test_landing_page(book_html, browser):
         page.close()
     assert landing["figure"] and landing["figureLoaded"], "the landing page has no figure fig-landing that loads"
     assert landing["caption"], "the landing figure has no caption"
+    assert landing["tocFirst"], "the landing page lists the chapters after the results table"
     assert landing["figureSrc"].endswith(".svg"), f"the landing figure is not an SVG: {landing['figureSrc']}"
     rows = landing["rows"]
     assert rows, "the landing page has no results table (a table whose header names 'Paper')"
