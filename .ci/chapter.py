@@ -100,8 +100,10 @@ def execute(notebook: Path, partial: Path, params: dict) -> None:
     import papermill as pm
     from traitlets.config import Config
 
+    # the notebook is complete when its last cell returns (or one fails): stop the kernel at once, not asking it to
+    # shut down, which it may answer on stderr ("KeyboardInterrupt caught in kernel")
     pm.execute_notebook(str(notebook), str(partial), parameters=params, cwd=str(BOOK), kernel_name="python3",
-                        progress_bar=sys.stderr.isatty(), config=Config(KERNEL_CONFIG))
+                        progress_bar=sys.stderr.isatty(), config=Config(KERNEL_CONFIG), shutdown_kernel="immediate")
 
 
 def rerun(notebook: Path, params: dict, out: Path = OUT, run=execute) -> Path:
@@ -115,15 +117,17 @@ def rerun(notebook: Path, params: dict, out: Path = OUT, run=execute) -> Path:
     try:
         run(notebook, partial, params)
     except BaseException as err:
-        if partial.exists():
+        written = partial.exists()  # papermill writes the notebook before its first cell
+        if written:
             os.replace(partial, failed)
         from papermill.exceptions import PapermillExecutionError
 
         if not isinstance(err, PapermillExecutionError):
             raise
-        kept = f"the failed run is in {_shown(failed)}" + (f"; {_shown(final)} is unchanged" if final.exists() else "")
-        line = (err.evalue or err.ename).splitlines()[0] if err.evalue else err.ename
-        if err.ename == "ValueError" and _is_check_cell(failed, err.cell_index):
+        kept = (f"the failed run is in {_shown(failed)}" if written else "no notebook was written") + (
+            f"; {_shown(final)} is unchanged" if final.exists() else "")
+        line = err.evalue.splitlines()[0] if err.evalue else err.ename
+        if err.ename == "ValueError" and written and _is_check_cell(failed, err.cell_index):
             name = line.split(" ", 1)[0].rstrip(":")
             stated = f"\nthe parameters cell: {known[name]}" if name in known else ""
             raise Refused(f"{line}{stated}\n{kept}") from None
