@@ -75,6 +75,10 @@ INSPECT = r"""
     favicon: !!document.querySelector('link[rel~=icon]'),
     thebeSettings: [...document.scripts].filter(s => /\bTHEBE_JS_URL\s*=/.test(s.textContent)).length,
     proofs: [...article.querySelectorAll('div.proof .caption-number')].map(e => e.textContent.trim()),
+    // caption text as displayed: its weight (the theme's 300 is hard to read) and colour
+    captionStyles: [...article.querySelectorAll('figcaption .caption-text')].map(e => {
+        const st = getComputedStyle(e); return {weight: +st.fontWeight, color: st.color}; }),
+    bodyColor: getComputedStyle(article.querySelector('p') || article).color,
     figures: [...article.querySelectorAll('figure')].map(f => ({
         number: ((f.querySelector('figcaption .caption-number') || {}).textContent || '').trim(),
         caption: ((f.querySelector('figcaption .caption-text') || {}).textContent || '').trim(),
@@ -190,6 +194,10 @@ def _chapter_problems(report: dict, docname: str) -> list[str]:
         out.append("no plot at all: was the notebook committed without its outputs?")
     if any(not f["caption"] for f in report["figures"]):
         out.append("a figure without caption")
+    faint = [c for c in report["captionStyles"] if c["weight"] < 400 or c["color"] != report["bodyColor"]]
+    if faint:
+        out.append(f"{len(faint)} captions lighter than the text (weight {faint[0]['weight']}, {faint[0]['color']}; "
+                   f"the text {report['bodyColor']}): _static/book.css")
     if report["outputImagesOutsideFigures"]:
         out.append(f"{report['outputImagesOutsideFigures']} plot(s) not in a numbered figure: give the cell "
                    "metadata mystnb.figure.caption/name (CONTRIBUTING.md)")
@@ -412,8 +420,8 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
 
 
 def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, browser):
-    """A table output clipped by a scroll box, and a text output that does not scroll, are each
-    reported; a table shown whole and a scrolling text output are not."""
+    """A table output clipped by a scroll box, a text output that does not scroll, and a caption lighter than
+    the text are each reported; a table shown whole and a scrolling text output are not."""
     rows = "".join(f"<tr><td>claim {i}</td><td>✓</td></tr>" for i in range(30))
     box = 'style="max-height: 4em; overflow-y: auto"'
     (tmp_path / "page.html").write_text(
@@ -422,6 +430,8 @@ def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, brows
         f'<div class="cell"><div class="cell_output"><table>{rows}</table></div></div>'
         '<div class="cell"><div class="cell_output"><pre>long text</pre></div></div>'
         f'<div class="cell"><div class="cell_output" {box}><pre>scrolls</pre></div></div>'
+        '<p>text</p><figure><figcaption><span class="caption-text" style="font-weight: 300; color: grey">'
+        'a faint caption</span></figcaption></figure>'
         '</article></body></html>')
     page, _ = browser.open((tmp_path / "page.html").as_uri())
     try:
@@ -431,6 +441,7 @@ def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, brows
     assert report["tablesClipped"] == 1 and report["outputsNotScrolling"] == 1, report
     problems = "\n".join(_chapter_problems(report, "book/01_scale_invariance"))
     assert "1 table or full-output outputs are clipped" in problems and "1 outputs do not scroll" in problems
+    assert "1 captions lighter than the text (weight 300" in problems
 
 
 FOLDED_SECTION = ('<section><h2>A section</h2>' + ''.join(
