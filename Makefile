@@ -81,12 +81,9 @@ endif
 unit: $(STAMP)  ## only the fast unit tests of src/ (seconds; `make test` also runs the ones marked slow or slurm)
 	$(PY) -m pytest tests -m "not chapters and not slow and not slurm" -p no:cacheprovider --ignore=tests/browser
 
-chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters)
+chapter: $(STAMP)  ## rerun one chapter: make chapter N=02 ARGS="-p steps 3000" (output in _build/chapters; a failed run in its .failed.ipynb)
 	@test -n "$(N)" || { echo "usage: make chapter N=02 [ARGS='-p name value ...']"; exit 2; }
-	@nb=$$(ls book/$(N)_*.ipynb 2>/dev/null | head -n 1); \
-	test -n "$$nb" || { echo "no chapter book/$(N)_*.ipynb"; exit 2; }; \
-	mkdir -p _build/chapters && \
-	$(VENV)/bin/papermill "$$nb" "_build/chapters/$$(basename $$nb)" --cwd book $(ARGS)
+	@$(PY) .ci/chapter.py "$(N)" $(ARGS)
 
 execute: $(STAMP)  ## re-execute a committed chapter in place after editing it: make execute N=02
 	@test -n "$(N)" || { echo "usage: make execute N=02"; exit 2; }

@@ -19,9 +19,15 @@ def test_checks_print_one_line_per_claim_raise_on_a_failure_and_tabulate(capsys)
     with pytest.raises(AssertionError, match=r"^✗ twins agree: measured 0.2034567, tolerance 0.024$"):
         checks.claim("twins agree", False, measured=0.2034567, tolerance=0.024)
     assert checks.skipped == ["drift past 1e-2"]
+    checks.claim("TEXP grows", True)
+    checks.claim("the invariance breaks", 0.0104 > 2.22e-10, measured=0.0104, tolerance=2.22e-10)
+    # the closing table: the claims by kind of tolerance (the failed claim is not counted), not the ✓ lines again
     table = checks.markdown().splitlines()
-    assert table[0].startswith("| claim |") and len(table) == 5  # the failed claim is not a row
-    assert "| TEXP ≡ Step Decay | ✓ | < 1e-10 | 1e-09 |" in table
+    assert table[0] == "| kind of claim | claims | why this tolerance |" and len(table) == 6, table
+    assert [row.split(" | ")[:2] for row in table[2:]] == [
+        ["| exact up to round-off", "1"], ["| a value against its threshold", "2"], ["| holds or not", "1"],
+        ["| skipped", "drift past 1e-2 (needs >= 2000 steps)"]]
+    assert not any("TEXP ≡ Step Decay" in row for row in table)
 
 
 @pytest.mark.parametrize("tolerance, expected", [

@@ -152,11 +152,12 @@ MIN_SVG_TEXT_PX = 9.0   # smallest text in a figure, as displayed
 # super- and subscripts (the exponent of a 10^7 tick label) are typeset at 70 % of their text:
 # they need 70 % of the 9 px, as in print
 MIN_SVG_SCRIPT_PX = 0.7 * MIN_SVG_TEXT_PX
+MIN_LEGEND_PX = 10.0    # a legend's text, as displayed: it names the curves, and is read beside them
 RASTER_OVERSAMPLING = 2.0  # a raster figure needs naturalWidth >= this x its displayed width
 
-# Measured in the page at 1280 px (after MathJax): display equations wider than their column, `pre`
-# blocks (code cells, text outputs; collapsed ones opened for the measurement) that scroll
-# sideways, and every image of the article with its natural and displayed width.
+# Measured in the page at 1280 px (after MathJax): display equations and tables wider than their
+# column, `pre` blocks (code cells, text outputs; collapsed ones opened for the measurement) that
+# scroll sideways, and every image of the article with its natural and displayed width.
 LAYOUT = r"""
 () => {
   const article = document.querySelector('article.bd-article') || document.body;
@@ -186,10 +187,18 @@ LAYOUT = r"""
       return {over: p.scrollWidth - p.clientWidth, chars: longest.length, line: longest.trim().slice(0, 60),
               output: !!p.closest('.cell_output, .output')};
     });
+  // a table wider than the column (the theme then scrolls it in a container, cutting its header)
+  const wideTables = [...article.querySelectorAll('table')].map(t => {
+    const width = t.getBoundingClientRect().width;
+    const holder = t.closest('.pst-scrollable-table-container, .cell_output, div.table-wrapper') || t.parentElement;
+    return {width: Math.round(width), avail: Math.round(Math.min(column, holder.clientWidth || column)),
+            columns: t.rows.length ? t.rows[0].cells.length : 0,
+            head: (t.rows.length ? t.rows[0].textContent : '').replace(/\s+/g, ' ').trim().slice(0, 60)};
+  }).filter(t => t.width > 0 && t.width > t.avail + 1);
   const images = [...article.querySelectorAll('img')].map(i => ({
     src: i.currentSrc || i.src, natural: i.naturalWidth, shown: i.getBoundingClientRect().width}));
   closed.forEach(d => d.open = false);
-  return {column: Math.round(column), wideMath, widePre, images};
+  return {column: Math.round(column), wideMath, widePre, wideTables, images};
 }
 """
 
@@ -220,8 +229,9 @@ def _transform_scale(transform: str | None) -> float:
     return s
 
 
-def svg_text_sizes(svg_text: str) -> tuple[float | None, list[tuple[float, bool]]]:
-    """(the SVG's width in user units, [(font size in user units, is a script)] of every piece of text).
+def svg_text_sizes(svg_text: str) -> tuple[float | None, list[tuple[float, bool, bool]]]:
+    """(the SVG's width in user units, [(font size in user units, is a script, is in a legend)] of every piece
+    of text; matplotlib writes a legend as ``<g id="legend_1">``).
 
     matplotlib writes figures with ``svg.fonttype: none`` as ``<text style="font: 10px 'DejaVu Sans'">``
     inside ``<svg width="540pt" viewBox="0 0 540 237.6">``: user units are the viewBox's; scales of
@@ -232,7 +242,7 @@ def svg_text_sizes(svg_text: str) -> tuple[float | None, list[tuple[float, bool]
     root = ET.fromstring(svg_text)
     view = (root.get("viewBox") or "").replace(",", " ").split()
     width = float(view[2]) if len(view) == 4 else _length(root.get("width"))
-    sizes: list[tuple[float, bool]] = []
+    sizes: list[tuple[float, bool, bool]] = []
 
     def own_size(el, inherited):
         m = _FONT_PX.search(el.get("style") or "")
@@ -240,9 +250,10 @@ def svg_text_sizes(svg_text: str) -> tuple[float | None, list[tuple[float, bool]
             return float(m.group(1))
         return _length(el.get("font-size")) or inherited
 
-    def walk(el, scale, inherited):
+    def walk(el, scale, inherited, legend=False):
         scale *= _transform_scale(el.get("transform"))
         size = own_size(el, inherited)
+        legend = legend or (el.get("id") or "").startswith("legend")
         if el.tag.rsplit("}", 1)[-1] == "text":
             pieces = [(size * scale, (el.text or "").strip())] if (el.text or "").strip() else []
             for span in el.iter():
@@ -251,17 +262,17 @@ def svg_text_sizes(svg_text: str) -> tuple[float | None, list[tuple[float, bool]
                     pieces.append((span_size * scale * _transform_scale(span.get("transform")), span.text))
             if pieces and all(p[0] for p in pieces):
                 largest = max(p[0] for p in pieces)
-                sizes.extend((p[0], p[0] < 0.95 * largest) for p in pieces)
+                sizes.extend((p[0], p[0] < 0.95 * largest, legend) for p in pieces)
             return
         for child in el:
-            walk(child, scale, size)
+            walk(child, scale, size, legend)
 
     walk(root, 1.0, None)
     return width, sizes
 
 
 def layout_problems(layout: dict) -> dict[str, list[str]]:
-    """The layout faults of one page, by check: 'wide equation', 'wide code or output',
+    """The layout faults of one page, by check: 'wide equation', 'wide code or output', 'wide table',
     'low-resolution raster', 'small SVG text'."""
     out: dict[str, list[str]] = {}
     for m in layout["wideMath"]:
@@ -271,6 +282,9 @@ def layout_problems(layout: dict) -> dict[str, list[str]]:
         what = "text output" if p["output"] else "code"
         out.setdefault("wide code or output", []).append(
             f"{what} scrolls sideways by {p['over']} px (longest line {p['chars']} characters: {p['line']!r})")
+    for t in layout["wideTables"]:
+        out.setdefault("wide table", []).append(
+            f"table of {t['columns']} columns {t['width']} px wide in a {t['avail']} px column: {t['head']!r}")
     for img in layout["images"]:
         src, shown = img["src"], img["shown"]
         if shown <= 0:
@@ -294,9 +308,10 @@ def layout_problems(layout: dict) -> dict[str, list[str]]:
             continue
         if not width or not sizes:
             continue
-        for scripts, least, what in ((False, MIN_SVG_TEXT_PX, "text"),
-                                     (True, MIN_SVG_SCRIPT_PX, "super/subscript")):
-            chosen = [size for size, script in sizes if script == scripts]
+        for kind, least, what in (("text", MIN_SVG_TEXT_PX, "text"), ("script", MIN_SVG_SCRIPT_PX, "super/subscript"),
+                                  ("legend", MIN_LEGEND_PX, "legend text")):
+            chosen = [size for size, script, legend in sizes if kind == ("script" if script else "text")
+                      or (kind == "legend" and legend and not script)]
             if chosen and min(chosen) * shown / width < least:
                 out.setdefault("small SVG text", []).append(
                     f"{name}: smallest {what} {min(chosen) * shown / width:.1f} px as displayed ({min(chosen):g} of "

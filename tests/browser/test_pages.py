@@ -17,10 +17,11 @@ caption, plumbing code is collapsed, long outputs scroll (tables and ``full-outp
 shown whole, never clipped), the install cell is not shown, and the Colab and Binder buttons point
 at this chapter's notebook.
 
-Layout, per page at 1280 px (bookcheck.layout_problems): no display equation wider than the text
-column, no code cell or text output that scrolls sideways, every figure an SVG or a raster of at
+Layout, per page at 1280 px (bookcheck.layout_problems): no display equation and no table wider than
+the text column, no code cell or text output that scrolls sideways, every figure an SVG or a raster of at
 least twice its displayed width, and SVG text at least 9 px as displayed (super- and subscripts
-6.3 px).
+6.3 px, legends 10 px).  A section shows at most one collapsed-code bar (_static/foldcode.js); every page has
+a favicon and declares sphinx-thebe's THEBE_JS_URL once.
 """
 from __future__ import annotations
 
@@ -70,8 +71,14 @@ INSPECT = r"""
         .map(e => e.textContent.trim().slice(0, 80)),
     stderr: [...article.querySelectorAll('.cell_output .output.stderr')].map(e => e.textContent.slice(0, 200)),
     docutilsErrors: [...article.querySelectorAll('.system-message, .problematic')].map(e => e.textContent.slice(0, 120)),
-    links: [...document.querySelectorAll('a[href]')].map(a => a.href),
+    links: [...document.querySelectorAll('a[href], link[rel~=icon]')].map(a => a.href),
+    favicon: !!document.querySelector('link[rel~=icon]'),
+    thebeSettings: [...document.scripts].filter(s => /\bTHEBE_JS_URL\s*=/.test(s.textContent)).length,
     proofs: [...article.querySelectorAll('div.proof .caption-number')].map(e => e.textContent.trim()),
+    // caption text as displayed: its weight (the theme's 300 is hard to read) and colour
+    captionStyles: [...article.querySelectorAll('figcaption .caption-text')].map(e => {
+        const st = getComputedStyle(e); return {weight: +st.fontWeight, color: st.color}; }),
+    bodyColor: getComputedStyle(article.querySelector('p') || article).color,
     figures: [...article.querySelectorAll('figure')].map(f => ({
         number: ((f.querySelector('figcaption .caption-number') || {}).textContent || '').trim(),
         caption: ((f.querySelector('figcaption .caption-text') || {}).textContent || '').trim(),
@@ -80,6 +87,10 @@ INSPECT = r"""
     equations: [...article.querySelectorAll('span.eqno')].map(e => e.firstChild.textContent.trim()),
     hiddenInputsVisible: [...article.querySelectorAll('.cell.tag_hide-input .cell_input pre')].filter(visible).length,
     hiddenInputs: article.querySelectorAll('.cell.tag_hide-input').length,
+    // the collapsed-code bars a section shows (_static/foldcode.js folds them into one)
+    barsPerSection: Math.max(0, ...[...article.querySelectorAll('section')].map(s =>
+        [...s.querySelectorAll('details.hide > summary')]
+          .filter(x => x.closest('section') === s && x.getClientRects().length > 0).length)),
     // long outputs scroll, except the ones shown whole on purpose: tables, and full-output cells
     outputsNotScrolling: [...article.querySelectorAll('.cell_output')].filter(o => {
         if (o.querySelector('table') || o.closest('.cell.tag_full-output')) return false;
@@ -93,12 +104,6 @@ INSPECT = r"""
   };
 }
 """
-
-
-# sphinx-thebe 0.3.1 under Sphinx 7.4 writes its inline config script twice into every page; the
-# second copy re-declares `const THEBE_JS_URL` and throws, the first has defined everything (thebe
-# is off in this book). Any other JavaScript error fails the check.
-KNOWN_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
 
 
 def _ready(page, log: dict | None = None) -> None:
@@ -153,9 +158,13 @@ def _problems(report: dict, html: Path, log: dict) -> list[str]:
     broken = sorted({b for b in (broken_local_link(h, html) for h in report["links"]) if b})
     if broken:
         out.append("broken internal links:\n    " + "\n    ".join(broken))
-    js_errors = [e for e in log["pageerrors"] if e not in KNOWN_JS_ERRORS]
-    if js_errors:
-        out.append(f"JavaScript errors: {js_errors}")
+    if log["pageerrors"]:
+        out.append(f"JavaScript errors: {log['pageerrors']}")
+    # sphinx-thebe's settings, once (sphinxext/onescript.py): a second `const THEBE_JS_URL` throws
+    if report["thebeSettings"] > 1:
+        out.append(f"THEBE_JS_URL declared {report['thebeSettings']} times")
+    if not report["favicon"]:
+        out.append("no favicon (html.favicon in _config.yml)")
     if log["failed"]:
         out.append(f"local resources that failed to load: {log['failed']}")
     return out
@@ -185,6 +194,10 @@ def _chapter_problems(report: dict, docname: str) -> list[str]:
         out.append("no plot at all: was the notebook committed without its outputs?")
     if any(not f["caption"] for f in report["figures"]):
         out.append("a figure without caption")
+    faint = [c for c in report["captionStyles"] if c["weight"] < 400 or c["color"] != report["bodyColor"]]
+    if faint:
+        out.append(f"{len(faint)} captions lighter than the text (weight {faint[0]['weight']}, {faint[0]['color']}; "
+                   f"the text {report['bodyColor']}): _static/book.css")
     if report["outputImagesOutsideFigures"]:
         out.append(f"{report['outputImagesOutsideFigures']} plot(s) not in a numbered figure: give the cell "
                    "metadata mystnb.figure.caption/name (CONTRIBUTING.md)")
@@ -192,6 +205,8 @@ def _chapter_problems(report: dict, docname: str) -> list[str]:
         out.append(f"equation numbers {report['equations']}, expected '({n}.<k>)'")
     if report["hiddenInputsVisible"]:
         out.append(f"{report['hiddenInputsVisible']} hide-input cells show their code expanded")
+    if report["barsPerSection"] > 1:
+        out.append(f"a section shows {report['barsPerSection']} collapsed-code bars, not one (_static/foldcode.js)")
     if report["outputsNotScrolling"]:
         out.append(f"{report['outputsNotScrolling']} outputs do not scroll (nb_scroll_outputs)")
     if report["tablesClipped"]:
@@ -251,12 +266,15 @@ LANDING = r"""
   const img = fig && fig.querySelector('img');
   const table = [...document.querySelectorAll('article table')]
       .find(t => /Paper/.test((t.querySelector('thead') || {}).textContent || ''));
+  const toc = document.querySelector('article .toctree-wrapper');
   const rows = table ? [...table.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent.trim())) : null;
   return {figure: !!fig, figureLoaded: !!(img && img.complete && img.naturalWidth > 0),
           figureSrc: img ? img.currentSrc || img.src : '',
           caption: fig ? ((fig.querySelector('figcaption') || {}).textContent || '').trim() : '',
           rows,
-          refs: table ? [...table.querySelectorAll('a.reference.internal')].map(a => a.textContent.trim()) : []};
+          refs: table ? [...table.querySelectorAll('a.reference.internal')].map(a => a.textContent.trim()) : [],
+          // the list of chapters comes before the long results table
+          tocFirst: !!(toc && table && (toc.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING))};
 }
 """
 
@@ -273,7 +291,7 @@ def _results_module():
 
 def test_landing_page(book_html, browser):
     """The root page: its figure, its results table (every paper result with a resolved book number and
-    a check), the bibliography is there and cited, every chapter is linked in order."""
+    a check), the bibliography is there and cited, every chapter is linked in order, before the table."""
     page, log = browser.open(_url(book_html, PAGES[0]))
     try:
         _ready(page, log)
@@ -285,6 +303,7 @@ def test_landing_page(book_html, browser):
         page.close()
     assert landing["figure"] and landing["figureLoaded"], "the landing page has no figure fig-landing that loads"
     assert landing["caption"], "the landing figure has no caption"
+    assert landing["tocFirst"], "the landing page lists the chapters after the results table"
     assert landing["figureSrc"].endswith(".svg"), f"the landing figure is not an SVG: {landing['figureSrc']}"
     rows = landing["rows"]
     assert rows, "the landing page has no results table (a table whose header names 'Paper')"
@@ -367,7 +386,7 @@ def test_generated_pages(book_html, browser):
         finally:
             page.close()
         problems += [f"{path.name}: {b}" for b in {broken_local_link(h, book_html) for h in links} if b]
-        problems += [f"{path.name}: JavaScript error {e}" for e in log["pageerrors"] if e not in KNOWN_JS_ERRORS]
+        problems += [f"{path.name}: JavaScript error {e}" for e in log["pageerrors"]]
     assert not problems, "\n".join(problems)
 
 
@@ -381,6 +400,7 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
         '<div class="cell_output"><div class="output traceback">ZeroDivisionError</div>'
         '<div class="output stderr">UserWarning: careful</div></div>'
         '<div class="cell_output"><p>| claim | result | |---|---| | a | ✓ |</p></div>'
+        '<script>const THEBE_JS_URL = "a"</script><script>const THEBE_JS_URL = "a"</script>'
         '</article></body></html>')
     page, log = browser.open((tmp_path / "page.html").as_uri())
     try:
@@ -393,13 +413,15 @@ def test_the_check_catches_a_broken_page(tmp_path, browser):
                      "1 error output", "warnings/errors on stderr", "other.html: no such file",
                      "no element with id 'nowhere'", "local resources that failed to load",
                      "markdown tables shown as text", "requests outside the book (refused",
-                     "MathJax not loaded from the book's own"):
+                     "MathJax not loaded from the book's own", "THEBE_JS_URL declared 2 times",
+                     "JavaScript errors: [\"Identifier 'THEBE_JS_URL' has already been declared",
+                     "no favicon"):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
 
 
 def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, browser):
-    """A table output clipped by a scroll box, and a text output that does not scroll, are each
-    reported; a table shown whole and a scrolling text output are not."""
+    """A table output clipped by a scroll box, a text output that does not scroll, and a caption lighter than
+    the text are each reported; a table shown whole and a scrolling text output are not."""
     rows = "".join(f"<tr><td>claim {i}</td><td>✓</td></tr>" for i in range(30))
     box = 'style="max-height: 4em; overflow-y: auto"'
     (tmp_path / "page.html").write_text(
@@ -408,6 +430,8 @@ def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, brows
         f'<div class="cell"><div class="cell_output"><table>{rows}</table></div></div>'
         '<div class="cell"><div class="cell_output"><pre>long text</pre></div></div>'
         f'<div class="cell"><div class="cell_output" {box}><pre>scrolls</pre></div></div>'
+        '<p>text</p><figure><figcaption><span class="caption-text" style="font-weight: 300; color: grey">'
+        'a faint caption</span></figcaption></figure>'
         '</article></body></html>')
     page, _ = browser.open((tmp_path / "page.html").as_uri())
     try:
@@ -417,13 +441,49 @@ def test_the_check_catches_clipped_tables_and_unscrolled_outputs(tmp_path, brows
     assert report["tablesClipped"] == 1 and report["outputsNotScrolling"] == 1, report
     problems = "\n".join(_chapter_problems(report, "book/01_scale_invariance"))
     assert "1 table or full-output outputs are clipped" in problems and "1 outputs do not scroll" in problems
+    assert "1 captions lighter than the text (weight 300" in problems
+
+
+FOLDED_SECTION = ('<section><h2>A section</h2>' + ''.join(
+    f'<div class="cell tag_hide-input"><details class="admonition hide above-input"><summary>'
+    f'<p class="collapsed admonition-title">Show code cell source</p>'
+    f'<p class="expanded admonition-title">Hide code cell source</p></summary>'
+    f'<div class="cell_input"><pre>code_{i} = {i}</pre></div></details>'
+    f'<div class="cell_output"><pre>output {i}</pre></div></div>' for i in range(3)) + '</section>')
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["without foldcode.js", "with foldcode.js"])
+def test_a_sections_collapsed_code_folds_into_one_bar(tmp_path, browser, fold):
+    """Three collapsed cells in a section: three bars without _static/foldcode.js (the check says so), one with
+    it, which opens all three; their outputs show either way."""
+    script = f'<script src="{(ROOT / "_static" / "foldcode.js").as_uri()}"></script>' if fold else ""
+    css = f'<link rel="stylesheet" href="{(ROOT / "_static" / "book.css").as_uri()}">'
+    (tmp_path / "page.html").write_text(f'<html><head>{css}{script}</head><body><article class="bd-article">'
+                                        f'<h1>1. A chapter</h1>{FOLDED_SECTION}</article></body></html>')
+    page, _ = browser.open((tmp_path / "page.html").as_uri())
+    try:
+        report = page.evaluate(INSPECT)
+        outputs = page.locator(".cell_output pre").evaluate_all("ps => ps.filter(p => p.getClientRects().length).length")
+        if fold:
+            assert page.locator("summary").first.inner_text().startswith("Show the code of this section (3 cells)")
+            page.locator("summary").first.click()
+            page.wait_for_timeout(100)
+            shown = page.locator(".cell_input pre").evaluate_all("ps => ps.filter(p => p.getClientRects().length).length")
+    finally:
+        page.close()
+    assert outputs == 3
+    problems = "\n".join(_chapter_problems(report, "book/01_scale_invariance"))
+    if fold:
+        assert report["barsPerSection"] == 1 and "collapsed-code bars" not in problems and shown == 3
+    else:
+        assert report["barsPerSection"] == 3 and "a section shows 3 collapsed-code bars" in problems
 
 
 def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
     """The layout checker itself: a page (in the book theme's structure, with the pinned MathJax)
-    with an overwide display equation, an overwide code line, a low-resolution PNG and an SVG figure
-    with 4 px text (or a 4 px exponent) gets each complaint, and its well-made figures (a 2x PNG, 12 px
-    SVG text with an 8.4 px exponent) none."""
+    with an overwide display equation, an overwide code line, an overwide table, a low-resolution PNG and an SVG
+    figure with 4 px text (or a 4 px exponent, or a 9.6 px legend) gets each complaint, and its well-made figures
+    (a 2x PNG, 12 px SVG text with an 8.4 px exponent) none."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -437,8 +497,13 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
     (tmp_path / "tiny.svg").write_text(svg.format(size=3))   # 3 user units shown at 400/300: 4 px
     (tmp_path / "fine.svg").write_text(svg.format(size=9).replace(  # 12 px, its exponent 8.4 px
         "label</text>", '<tspan style="font-size: 9px">10</tspan><tspan style="font-size: 6.3px">7</tspan></text>'))
+    (tmp_path / "legend.svg").write_text(svg.format(size=9).replace(  # 12 px, its legend 9.6 px
+        '<text x="10"', '<g id="legend_1"><text x="40" y="50" style="font: 7.2px \'DejaVu Sans\'">curve</text></g>'
+        '<text x="10"'))
     (tmp_path / "script.svg").write_text(svg.format(size=9).replace(  # 12 px, its exponent 4 px
         "label</text>", '<tspan style="font-size: 9px">10</tspan><tspan style="font-size: 3px">7</tspan></text>'))
+    # a table of 30 columns of "0.0015·(γ/α²)^(k−T)": wider than the 700 px column, it scrolls in its container
+    wide_row = "<tr>" + "".join(f"<td>0.0015·(γ/α²)^(k−{k})</td>" for k in range(30)) + "</tr>"
     wide_tex = " + ".join(f"\\frac{{a_{{{k}}}}}{{b_{{{k}}} + c_{{{k}}}}}" for k in range(40))
     (tmp_path / "page.html").write_text(
         f'<html><head><script async src="{(localmathjax().es5_dir() / "tex-mml-chtml.js").as_uri()}">'
@@ -447,9 +512,11 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
         '<div class="math notranslate nohighlight">\\[x^2 + y^2\\]</div>'
         '<div class="cell_input"><div class="highlight"><pre style="overflow-x: auto">'
         'short = 1\n' + "x = " + " + ".join(["value"] * 40) + '</pre></div></div>'
+        f'<div class="pst-scrollable-table-container"><table>{wide_row}</table></div>'
+        '<table><tr><td>a narrow table</td><td>✓</td></tr></table>'
         '<img src="low.png" style="width: 400px"><img src="sharp.png" style="width: 400px">'
         '<img src="tiny.svg" style="width: 400px"><img src="fine.svg" style="width: 400px">'
-        '<img src="script.svg" style="width: 400px">'
+        '<img src="script.svg" style="width: 400px"><img src="legend.svg" style="width: 400px">'
         '</article></body></html>')
     page, _ = browser.open((tmp_path / "page.html").as_uri())
     try:
@@ -459,13 +526,17 @@ def test_the_layout_check_catches_a_broken_page(tmp_path, browser):
         page.close()
     found = layout_problems(layout)
     report = "\n".join(f"{k}: {v}" for k, v in found.items())
-    assert set(found) == {"wide equation", "wide code or output", "low-resolution raster", "small SVG text"}, report
+    assert set(found) == {"wide equation", "wide code or output", "wide table", "low-resolution raster",
+                          "small SVG text"}, report
+    assert len(found["wide table"]) == 1 and "30 columns" in found["wide table"][0], report
     assert len(found["wide equation"]) == 1 and "frac" in found["wide equation"][0], report
     assert len(found["wide code or output"]) == 1 and "value + value" in found["wide code or output"][0], report
     assert len(found["low-resolution raster"]) == 1 and "low.png" in found["low-resolution raster"][0], report
     small = found["small SVG text"]
-    assert len(small) == 2 and "tiny.svg: smallest text 4.0 px" in small[0], report
+    assert len(small) == 3 and "tiny.svg: smallest text 4.0 px" in small[0], report
+    assert "tiny.svg: smallest legend text" not in report and "fine.svg" not in report, report
     assert "script.svg: smallest super/subscript 4.0 px" in small[1], report
+    assert "legend.svg: smallest legend text 9.6 px" in small[2], report
 
 
 def test_api_page_lists_every_cli_option(book_html):

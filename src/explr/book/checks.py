@@ -1,8 +1,8 @@
 """How a chapter asserts its claims, and how it shows what it measured.
 
 :class:`Checks` gives each claim one visible line (✓, or SKIPPED with what the claim needs), raises an
-``AssertionError`` naming the claim when it fails, and ends the chapter with a table of what was checked
-(:meth:`Checks.table`).
+``AssertionError`` naming the claim when it fails, and ends the chapter with what the ✓ lines do not say:
+how many claims were held to each kind of tolerance, and why that kind (:meth:`Checks.table`).
 
 **The round-off rule** (:func:`shown`): a deviation checked against a tolerance of at most :data:`EXACTNESS` = 1e-6
 is shown as a bound, ``measured < B`` with B = 10^⌊log10(tolerance / 10)⌋, so that a committed output reads the same
@@ -90,7 +90,7 @@ class Checks:
     "✓ TEXP ≡ Step Decay: measured < 1e-10, tolerance 1e-09" (a deviation at round-off, :func:`shown`) or
     raises ``AssertionError`` with that line and ✗.  ``checks.skip(claim, needs)`` prints
     "SKIPPED (not asserted): claim; needs …" for a claim whose regime the parameters do not reach.
-    :meth:`table` is the chapter's closing "What was checked".
+    :meth:`table` is the chapter's closing "What was checked": the claims by kind of tolerance, and why.
     """
 
     rows: list = field(default_factory=list)
@@ -117,10 +117,17 @@ class Checks:
         return [text for status, text, *_ in self.rows if status == "skipped"]
 
     def markdown(self) -> str:
-        """The rows as a markdown table (claim, result, measured, tolerance or what a skipped claim needs)."""
-        lines = ["| claim | result | measured | tolerance / needs |", "|---|---|---|---|"]
+        """The claims by the kind of tolerance they were held to, as a markdown table: how many of each kind,
+        and why such a tolerance (the ✓ lines above give each claim's value and tolerance; the skipped claims
+        are named with what they need)."""
+        kinds = {kind: [] for kind in KINDS}
         for status, text, measured, limit in self.rows:
-            lines.append(f"| {text} | {status} | {measured} | {limit} |".replace("\n", " "))
+            kinds[_kind(status, measured, limit)].append(f"{text} ({limit})" if status == "skipped" else text)
+        lines = ["| kind of claim | claims | why this tolerance |", "|---|---|---|"]
+        for kind, texts in kinds.items():
+            if texts:
+                count_ = "; ".join(texts) if kind == "skipped" else str(len(texts))
+                lines.append(f"| {kind} | {count_} | {KINDS[kind]} |".replace("\n", " "))
         return "\n".join(lines)
 
     def table(self):
@@ -128,3 +135,31 @@ class Checks:
         from IPython.display import Markdown
 
         return Markdown(self.markdown())
+
+
+#: the kinds of claim of :meth:`Checks.markdown`, and why each is held to its kind of tolerance
+KINDS = {
+    "exact up to round-off": f"a deviation below a tolerance ≤ {EXACTNESS:g}: rounding (float64: about 1e-16 an "
+                             "operation) or an ODE solver's tolerance stays under it over a run; a wrong formula "
+                             "would not",
+    "a value against its threshold": "a slope, a ratio, a rate or a change held below or above the threshold its ✓ "
+                                     "line states: set by what a run of this length resolves, or, for a change "
+                                     "that must show, far above rounding",
+    "holds or not": "an inequality or an event: no tolerance",
+    "skipped": "the parameters do not reach the claim's regime: not asserted",
+}
+
+
+def _kind(status: str, measured: str, tolerance: str) -> str:
+    """The kind of a row of :class:`Checks` (:data:`KINDS`), from its status and its values as shown: exact when
+    its tolerance is at most :data:`EXACTNESS` and its value below it (a change that must exceed a tiny
+    threshold is not)."""
+    if status == "skipped":
+        return "skipped"
+    if not tolerance:
+        return "holds or not"
+    try:
+        exact = 0 < float(tolerance) <= EXACTNESS and (measured.startswith("<") or float(measured) < float(tolerance))
+    except ValueError:  # a tolerance shown as words ("> 2 orders")
+        exact = False
+    return "exact up to round-off" if exact else "a value against its threshold"
