@@ -334,8 +334,6 @@ def test_try_this_is_a_heading(chapter):
 PSEUDO_TEX = re.compile(r"_\{|\^|(?<![\w\\])[A-Za-zα-ωΑ-Ω]\u0303?_[A-Za-z0-9]\b")
 #: what a chapter may print with it: the library's own error messages, quoted as raised (Python notation)
 QUOTED_ERRORS = re.compile(r"sqrt\(momentum\)\)\^2|x\^2 - \(1 \+ momentum|is 2\^[\d.]+, beyond")
-#: chapters whose outputs another change of issue 48 rewrites (chapter 6: its own branch); once one passes, it goes
-PENDING_UNICODE = {"06_cifar10"}
 
 
 def pseudo_tex(chapter) -> list[str]:
@@ -352,9 +350,6 @@ def pseudo_tex(chapter) -> list[str]:
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_outputs_write_maths_in_unicode_not_pseudo_tex(chapter):
     found = pseudo_tex(chapter)
-    if chapter in PENDING_UNICODE:
-        assert found, f"{chapter} prints no pseudo-TeX any more: remove it from PENDING_UNICODE"
-        return
     assert not found, f"{chapter} prints maths as TeX (θₖ₊₁, η², 1/√B instead): {found[:5]}"
 
 
