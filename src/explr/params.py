@@ -1,14 +1,14 @@
 """One rule vocabulary for every parameter of the book: the chapters' parameters and the engine's settings.
 
 A *rule* says what values a parameter may take and how to say so in one line: ``rule.ok(value)``,
-``rule.rule()``, e.g. ``Int(1)`` → "an integer >= 1", and ``rule.parse(text)`` for a command-line value.  The engine's :class:`~explr.cifar10.TrainConfig`
-declares each setting with one of these rules; a chapter checks its ``parameters`` cell with
-:func:`check_parameters`::
+``rule.rule()``, e.g. ``Int(1)`` → "an integer >= 1", and ``rule.parse(text)`` for a command-line value.
+The engine's :class:`~explr.cifar10.TrainConfig` declares each setting with one of these rules; a chapter
+checks its ``parameters`` cell with :func:`check_parameters`::
 
     check_parameters(globals(), {
         "steps": Int(20),
         "lr": Float(0),
-        "wd": lambda: Float(0, (1 - math.sqrt(momentum)) ** 2 / lr, hi_open=False),  # after lr and momentum
+        "wd": lambda: Float(0, (1 - math.sqrt(momentum)) ** 2 / lr, hi_open=False),
     })
 
 which stops at the first parameter out of range with ``ValueError: steps = 3: must be an integer >= 20``.
