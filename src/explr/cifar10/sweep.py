@@ -19,8 +19,8 @@ import torch
 
 from .config import JOBS, TrainConfig, resolved_settings, worker_gpus, workers
 from .data import CifarArrays, load_cifar10
-from .files import DiskFull, RunLocked, RunState, Status, exit_code, handle_signals
-from .runfolder import check_folder, check_writable, run_dir
+from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, handle_signals
+from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
 from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
 
 __all__ = [
@@ -237,6 +237,18 @@ def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -
             for i, run in enumerate(runs)]
 
 
+def _folder_result(folder) -> RunResult:
+    """The result of a run as its manifest and metrics tell it (a run another process trained)."""
+    folder = Path(folder)
+    try:
+        m = read_manifest(folder / MANIFEST)
+        rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+    except (OSError, RunError):
+        return RunResult(folder, Status.NOT_STARTED, 0)
+    return RunResult(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
+                     m.get("message", ""), rows)
+
+
 #: what a worker's exit code says where its run folder cannot tell (:meth:`Status.from_exit_code`); any other
 #: status is the one its manifest records.
 _POOL_SAYS = {Status.LOCKED: "{folder} was taken by another process meanwhile; see the worker's line above",
@@ -249,7 +261,7 @@ def _pool_result(folder, code: int | None) -> RunResult:
     ``code`` says LOCKED, DISK_FULL or FAILED and the folder says otherwise (another process's run, a manifest the
     full disk kept from being written, a worker that died before recording anything).  ``code`` is ``None`` for a
     worker that never started or that the pool stopped itself."""
-    r = RunResult.from_folder(folder)
+    r = _folder_result(folder)
     said = None if code is None else Status.from_exit_code(code)
     if said in _POOL_SAYS and said is not r.status:
         r = dataclasses.replace(r, status=said, message=_POOL_SAYS[said].format(folder=folder, code=code))
@@ -448,7 +460,7 @@ def _skipped(folder: str, run) -> RunResult | None:
     if isinstance(run, RunLocked):
         return RunResult.of_error(folder, run)
     if run.state is RunState.FINISHED:
-        return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
+        return dataclasses.replace(_folder_result(folder), status=Status.FINISHED)
     return None
 
 
