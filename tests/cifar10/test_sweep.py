@@ -5,7 +5,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,7 +18,7 @@ from explr.cifar10 import config, load_runs, run_many, sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv, resolved_settings
 from explr.cifar10.data import CifarArrays, make_synthetic
-from explr.cifar10.engine import TrainingDiverged
+from explr.cifar10.runs import TrainingDiverged
 from explr.cifar10.files import DiskFull, RunState, Status, lock_holder
 from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.sweep import attach_arrays, check_launcher, prepare, share_arrays
@@ -370,3 +372,59 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     monkeypatch.setattr(sweep, "train_on_node", stopped)
     r = sweep.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)
+
+
+# ----------------------------------------------------------------------------- waiting for SLURM jobs
+class _KilledJob:
+    """A SLURM job as submitit shows it: ``done()`` once sacct reports it ended (after ``polls`` calls), with no
+    result file, as after ``scancel`` or a node failure."""
+
+    def __init__(self, tmp_path, polls=2):
+        self.job_id, self.state, self.polls = "41_0", "CANCELLED", polls
+        self.paths = SimpleNamespace(result_pickle=tmp_path / "41_0_result.pkl", stderr=tmp_path / "41_0_log.err")
+
+    def done(self):
+        self.polls -= 1
+        return self.polls <= 0
+
+    def result(self):
+        from submitit.core.utils import UncompletedJobError
+
+        raise UncompletedJobError(f"Job {self.job_id} has not produced any output (state: {self.state})\nmore")
+
+
+def _wait_in_thread(jobs, monkeypatch, sacct: bool, seconds=30):
+    """``sweep._wait_for`` of ``jobs`` on SLURM (sacct answering or not), given ``seconds`` to end."""
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: SimpleNamespace(
+        returncode=0 if sacct else 1, stdout="", stderr="Slurm accounting storage is disabled\n"))
+    sleep = time.sleep
+    monkeypatch.setattr(sweep.time, "sleep", lambda s: sleep(min(s, 0.01)))
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(sweep._wait_for, jobs, ["runs/step/seed0"] * len(jobs), "slurm")
+        try:
+            return future.result(timeout=seconds)
+        except TimeoutError:
+            for job in jobs.values():  # let the thread end
+                job.paths.result_pickle.touch()
+                job.result = lambda: None
+            pytest.fail(f"the wait did not end within {seconds} s")
+
+
+def test_a_slurm_job_killed_before_its_result_ends_the_wait_with_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit")
+    job = _KilledJob(tmp_path)
+    [result] = _wait_in_thread({0: job}, monkeypatch, sacct=True).values()
+    assert result.status is Status.FAILED and len(result.message.splitlines()) == 1
+    assert result.message.startswith("job 41_0 ended (CANCELLED) without a result") and "41_0_log.err" in result.message
+    assert capsys.readouterr().err == ""
+
+
+def test_without_sacct_the_wait_says_so_in_one_line_and_ends_with_the_result_files(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit")
+    job = _KilledJob(tmp_path, polls=0)  # done() would say it ended: without sacct it is not asked
+    job.result = lambda: "the run's result"
+    threading.Timer(0.2, job.paths.result_pickle.touch).start()
+    assert _wait_in_thread({0: job}, monkeypatch, sacct=False) == {0: "the run's result"}
+    assert job.polls == 0  # done() never called
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("sacct does not answer (Slurm accounting storage is disabled)")

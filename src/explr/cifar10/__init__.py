@@ -8,8 +8,8 @@ Modules, each one concern, from the settings up (docs/cifar10-engine.md tells ho
 * :mod:`~explr.cifar10.files` -- atomic writes, a run folder's lock, the signals that end a run, :class:`Status`;
 * :mod:`~explr.cifar10.runfolder` -- a run folder's files (checkpoint, metrics, manifest), its checks,
   :func:`load_runs`;
-* :mod:`~explr.cifar10.engine` -- the hot loop (:class:`Trainer`) and the on-device sampler;
-* :mod:`~explr.cifar10.runs` -- one run trained into its folder (:func:`train_run`, :class:`RunResult`);
+* :mod:`~explr.cifar10.runs` -- one run: the hot loop (:class:`Trainer`), the on-device sampler, the run trained
+  into its folder (:func:`train_run`, :class:`RunResult`);
 * :mod:`~explr.cifar10.sweep` -- many runs: checked first, then trained here, in worker processes or as submitit
   jobs (:func:`run_many`, :func:`run_plan`, :func:`submit`);
 * :mod:`~explr.cifar10.results` -- the committed results (:func:`committed_results`, :func:`experiment_runs`);
@@ -17,11 +17,10 @@ Modules, each one concern, from the settings up (docs/cifar10-engine.md tells ho
 """
 from .config import SCHEDULES, TrainConfig, default_decay_epochs, experiment_plan, played_schedule
 from .data import CifarArrays, DataError, load_cifar10, make_synthetic
-from .engine import Trainer, TrainingDiverged
 from .files import RunError, Status
 from .results import committed_results, experiment_runs
 from .runfolder import load_runs, read_metrics, run_dir
-from .runs import PreparedRun, RunResult, prepare_run, train_prepared, train_run
+from .runs import PreparedRun, RunResult, Trainer, TrainingDiverged, prepare_run, train_prepared, train_run
 from .sweep import run_many, run_plan, submit
 
 __all__ = [

@@ -12,10 +12,7 @@ Exit codes (:class:`~explr.cifar10.files.Status`): 0 every run finished; 2 bad s
 (one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
 or cluster job failed; 6 the disk filled up (one line; the run says "disk full" if its manifest could still be
 written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
-them).
-
-A value that looks like a negative number is a value, not an option: ``--wd -1e-4`` reads as
-``--wd=-1e-4`` (and is refused by the rule of ``--wd``), as argparse alone reads only ``-1`` and ``-.5`` so.
+them).  A value that looks like a negative number is a value: ``--wd -1e-4`` reads as ``--wd=-1e-4``.
 """
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ MAX_METRICS_BYTES = 1 << 28
 _REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
 
 
-#: the numbers of a finished epoch (:meth:`~explr.cifar10.engine.Trainer.epoch_metrics`)
+#: the numbers of a finished epoch (:meth:`~explr.cifar10.runs.Trainer.epoch_metrics`)
 EpochMetrics = TypedDict("EpochMetrics", {
     "epoch": int, "step": int, "train_loss": float, "train_acc": float, "test_loss": float, "test_acc": float,
     "lr": Optional[float], "log_lr": float, "lr_opt": float, "rescale": float, "log2_rescale": int,
@@ -153,7 +153,7 @@ FORMAT = "explr.cifar10/1"
 
 
 class Checkpoint(TypedDict, total=False):
-    """What checkpoint.pt holds: :meth:`~explr.cifar10.engine.Trainer.state_dict` (model, optimizer, scheduler,
+    """What checkpoint.pt holds: :meth:`~explr.cifar10.runs.Trainer.state_dict` (model, optimizer, scheduler,
     initial_loss), the epochs done and their metrics rows, the config as recorded, the resolved settings, the data's
     sha256, the seconds trained and :data:`FORMAT`."""
 

@@ -1,41 +1,318 @@
-"""One run trained into its folder: :func:`prepare_run` (a :class:`PreparedRun`: the config validated, its schedule
-built, its folder checked, nothing written), :func:`train_prepared` and :func:`train_run`, and :class:`RunResult`.
+"""One run: the hot loop (:class:`Trainer`; :class:`DeviceData`, the dataset on the device with its sampler) and the
+run trained into its folder (:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`, :class:`RunResult`).
 
-Training takes the run's lock, removes the temporary files of a killed writer, checks the folder again if it changed
-since it was prepared, then writes a checkpoint, its sha256 in the manifest and the metrics after every epoch.
-SIGINT/SIGTERM/SIGHUP/SIGUSR2 end a run "interrupted", a full disk "disk full", divergence "diverged", each with the
-checkpoint of the last finished epoch intact; ``resume=True`` continues it to identical metrics.
+The sampler crops a random 32×32 window of the zero-padded 40×40 image and flips it with probability ½ (He et al.
+2016), epoch ``e``'s randomness from ``(seed, e)`` alone.  The exponential schedules play through
+:class:`~explr.lr_scheduler.PerStepLR`, rescaling (θ, v, lr) → (cθ, v/c, c²lr) (Li & Arora 2020, Lemma 2.6).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from ..lr_scheduler import check_rescale_above
+from ..invariance import flat_norm
+from ..lr_scheduler import PerStepLR, check_rescale_above
+from ..models import PreResNet
+from ..params import is_int
 from ..schedules import Schedule
-from .config import TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolved_settings
+from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
+                     resolve_precision, resolved_settings)
 from .data import CifarArrays, DataIdentity, load_cifar10
-from .engine import Trainer, TrainingDiverged
 from .files import DiskFull, RunError, RunLock, RunLocked, RunState, Status, remove_leftovers, signal_name, write_file
 from .runfolder import (
-    CHECKPOINT, Checkpoint, MANIFEST, METRICS, Manifest, MetricsRow, RunCheck, TIMING_KEYS, check_run,
+    CHECKPOINT, Checkpoint, EpochMetrics, MANIFEST, METRICS, Manifest, MetricsRow, RunCheck, TIMING_KEYS, check_run,
     checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics, record_end,
     record_epoch, serialize_checkpoint, write_manifest, write_metrics,
 )
 
-__all__ = ["PreparedRun", "RunResult", "SWEEP_GOES_ON", "prepare_run", "train_prepared", "train_run"]
+__all__ = ["DeviceData", "EXPLODED", "EpochPlan", "EpochState", "PreparedRun", "RunResult", "SWEEP_GOES_ON", "Trainer",
+           "TrainingDiverged", "prepare_run", "train_prepared", "train_run"]
 
 
-#: the run files as checked: (name, inode, size, mtime in ns) of each that exists (an atomic rewrite: a new inode)
-FolderFiles = tuple
+# ----------------------------------------------------------------------------- on-device sampler
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's randomness on the device: example order, crop offsets and flips (length ``steps·batch``)."""
+
+    epoch: int
+    index: torch.Tensor  # (n,) example ids, in the order they are used
+    base: torch.Tensor  # (n,) pixel offset of each example's crop window in the padded uint8 store
+    flip: torch.Tensor  # (n, 1) bool
+    steps: int
+    batch_size: int
 
 
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(epoch), 0xC1FA]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class DeviceData:
+    """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
+    per-channel statistics) as ``(B, 3, H, W)``, channels_last unless ``channels_last=False``, in ``dtype``.  An epoch
+    is ``n_train // batch_size`` full batches (the rest of the permutation is skipped)."""
+
+    def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
+                 pad: int = 4, augment: bool = True):
+        self.device = torch.device(device)
+        self.dtype, self.channels_last, self.pad, self.augment = dtype, channels_last, pad, augment
+        x = arrays.x_train
+        self.n_train, self.h, self.w, self.c = x.shape
+        self.n_test = len(arrays.y_test)
+        self.mean, self.std = arrays.channel_stats  # constant images: DataError
+        # (x/255 − mean)/std = x·scale + shift
+        self._scale = torch.tensor(1.0 / (255.0 * self.std), dtype=dtype, device=self.device)
+        self._shift = torch.tensor(-self.mean / self.std, dtype=dtype, device=self.device)
+        self.hp, self.wp = self.h + 2 * pad, self.w + 2 * pad
+        padded = np.zeros((self.n_train, self.hp, self.wp, self.c), dtype=np.uint8)
+        padded[:, pad:pad + self.h, pad:pad + self.w] = x
+        self._train = torch.from_numpy(padded).to(self.device).reshape(-1, self.c)  # one row per padded pixel
+        self._y_train = torch.from_numpy(arrays.y_train).to(self.device)
+        self._test = torch.from_numpy(np.ascontiguousarray(arrays.x_test)).to(self.device)
+        self._y_test = torch.from_numpy(arrays.y_test).to(self.device)
+        # pixel offsets inside one crop window of the padded store: rows (1, H, 1), columns (1, W)
+        ar_w = torch.arange(self.w, device=self.device)
+        self._rows = (torch.arange(self.h, device=self.device) * self.wp).view(1, self.h, 1)
+        self._cols = ar_w.view(1, self.w)
+        self._cols_flipped = (self.w - 1 - ar_w).view(1, self.w)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        if not (is_int(batch_size) and 1 <= batch_size <= self.n_train):
+            raise ValueError(f"batch_size must be an integer in [1, n_train = {self.n_train}]; got {batch_size!r}")
+        return self.n_train // batch_size
+
+    def epoch_plan(self, seed: int, epoch: int, batch_size: int) -> EpochPlan:
+        """The permutation, crop offsets and flips of ``epoch``, drawn on the CPU from ``(seed, epoch)``."""
+        steps = self.steps_per_epoch(batch_size)
+        n = self.n_train
+        g = torch.Generator().manual_seed(_epoch_seed(seed, epoch))
+        index = torch.randperm(n, generator=g)
+        if self.augment:
+            oy = torch.randint(0, 2 * self.pad + 1, (n,), generator=g)
+            ox = torch.randint(0, 2 * self.pad + 1, (n,), generator=g)
+            flip = torch.randint(0, 2, (n,), generator=g).bool()
+        else:
+            oy = ox = torch.full((n,), self.pad)
+            flip = torch.zeros(n, dtype=torch.bool)
+        base = index * (self.hp * self.wp) + oy * self.wp + ox
+        dev = self.device
+        return EpochPlan(epoch, index.to(dev), base.to(dev), flip.view(n, 1).to(dev), steps, batch_size)
+
+    def _normalise(self, x_uint8: torch.Tensor) -> torch.Tensor:
+        x = torch.addcmul(self._shift, x_uint8.to(self.dtype), self._scale)  # (B, H, W, C)
+        x = x.permute(0, 3, 1, 2)  # NCHW view with channels_last strides
+        return x if self.channels_last else x.contiguous()
+
+    def train_batch(self, plan: EpochPlan, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``step`` of ``plan``: augmented, normalised images and their labels (one pixel gather)."""
+        s = slice(step * plan.batch_size, (step + 1) * plan.batch_size)
+        cols = torch.where(plan.flip[s], self._cols_flipped, self._cols)  # (B, W), reversed where flipped
+        idx = plan.base[s].view(-1, 1, 1) + self._rows + cols.view(-1, 1, self.w)  # (B, H, W) pixel ids
+        x = self._train.index_select(0, idx.view(-1)).view(-1, self.h, self.w, self.c)
+        return self._normalise(x), self._y_train[plan.index[s]]
+
+    def test_batches(self, batch_size: int = 1000):
+        """The test set in order, normalised, no augmentation."""
+        for i in range(0, self.n_test, batch_size):
+            yield self._normalise(self._test[i:i + batch_size]), self._y_test[i:i + batch_size]
+
+
+#: a finite mean training loss above EXPLODED × the initial one counts as diverged.
+EXPLODED = 100.0
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became non-finite or exploded, or the weights non-finite; the last good checkpoint is kept."""
+
+
+@dataclass
+class EpochState:
+    """One epoch in progress: its index, its plan (order, crops, flips) and the on-device metric sums."""
+
+    epoch: int
+    plan: EpochPlan
+    loss_sum: torch.Tensor
+    correct: torch.Tensor
+
+
+def _exp(log_value: float) -> float | None:
+    """e^x as a float, or None (JSON null) where it exceeds float64."""
+    return math.exp(log_value) if log_value < 709.0 else None
+
+
+def _ldexp(x: float, exponent: int) -> float | None:
+    try:
+        return math.ldexp(x, exponent)
+    except OverflowError:
+        return None
+
+
+class Trainer:
+    """Model, optimizer, scheduler and device data of one run (a validated ``config``); ``train_epoch`` is the hot
+    loop.  ``device``, ``precision``, ``schedule``: as a :class:`PreparedRun` resolved them, else from ``config``;
+    ``model``: a network instead of ``config``'s PreResNet (scale invariant for the exponential schedules)."""
+
+    def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
+                 precision: str | None = None, schedule: Schedule | None = None,
+                 model: torch.nn.Module | None = None):
+        self.config = c = config
+        self.device = device if device is not None else resolve_device(c.device)
+        self.precision = precision if precision is not None else resolve_precision(c.precision, self.device)
+        dtype = param_dtype(self.precision)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
+        self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
+        self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
+        #: what the scheduler plays (``.log_lr``: ln of the schedule's lr, beyond float64's range if need be)
+        self.schedule = schedule if schedule is not None else played_schedule(c, self.steps_per_epoch)
+        limit = rescale_limit(c)
+        if model is None:
+            model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
+        self.model = model.to(dtype)
+        if c.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        kwargs = {"fused": True} if self.device.type == "cuda" else {}
+        self.optimizer = torch.optim.SGD(self.params, lr=self.schedule.first_lr, momentum=c.momentum, **kwargs)
+        # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
+        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=limit, model=self.model,
+                                   check_invariance=False)
+        self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
+        self.forward = self.model if c.compile == "none" else torch.compile(
+            self.model, mode=None if c.compile == "default" else c.compile)
+        if self.precision == "bf16":
+            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        else:
+            self.autocast = contextlib.nullcontext
+        self.acc_dtype = torch.float64 if self.precision == "fp64" else torch.float32
+
+    def train_epoch(self, epoch: int, on_sync=None):
+        """Train one epoch; returns (loss_sum, correct, n).  ``on_sync(done_steps, loss_sum, correct, n)`` is called
+        every ``log_every`` steps (the only host syncs but the last); divergence raises :class:`TrainingDiverged`."""
+        state = self.begin_epoch(epoch)
+        self.run_steps(state, 0, state.plan.steps, on_sync)
+        return self.end_epoch(state)
+
+    def begin_epoch(self, epoch: int) -> EpochState:
+        """The epoch's plan (order, crops, flips) and zeroed on-device metric sums."""
+        self.model.train()
+        return EpochState(epoch, self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
+                          torch.zeros((), dtype=self.acc_dtype, device=self.device),
+                          torch.zeros((), dtype=torch.int64, device=self.device))
+
+    def run_steps(self, state: EpochState, start: int, stop: int, on_sync=None) -> None:
+        """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
+        c, data, plan = self.config, self.data, state.plan
+        loss_sum, correct = state.loss_sum, state.correct
+        forward, opt, scheduler = self.forward, self.optimizer, self.scheduler
+        for k in range(start, stop):
+            x, y = data.train_batch(plan, k)
+            with self.autocast():
+                out = forward(x)
+                loss = F.cross_entropy(out, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            scheduler.step()
+            loss_sum += loss.detach()
+            correct += (out.detach().argmax(1) == y).sum()
+            if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
+                loss_now = loss_sum.item()
+                self.check_loss(loss_now / (k + 1), f"epoch {state.epoch + 1} (by step {k + 1} of {plan.steps})")
+                if on_sync is not None:
+                    on_sync(k + 1, loss_now, correct.item(), (k + 1) * c.batch_size)
+
+    def check_loss(self, mean_loss: float, where: str) -> None:
+        """Raise :class:`TrainingDiverged` if ``mean_loss`` is non-finite or > EXPLODED × the initial loss."""
+        if not math.isfinite(mean_loss):
+            raise TrainingDiverged(f"non-finite training loss in {where}")
+        if self.initial_loss is None:
+            self.initial_loss = mean_loss
+        elif mean_loss > EXPLODED * self.initial_loss:
+            raise TrainingDiverged(f"the training loss exploded in {where}: mean {mean_loss:.3g}, more than "
+                                   f"{EXPLODED:g} x the initial {self.initial_loss:.3g}")
+
+    def end_epoch(self, state: EpochState):
+        """(loss_sum, correct, n) of the epoch: the one host sync at its end."""
+        plan = state.plan
+        loss_total, correct_total = state.loss_sum.item(), state.correct.item()
+        self.check_loss(loss_total / plan.steps, f"epoch {state.epoch + 1}")
+        return loss_total, correct_total, plan.steps * plan.batch_size
+
+    @torch.no_grad()
+    def evaluate(self):
+        """(mean loss, accuracy) on the test set, eval mode (BN running statistics)."""
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        for x, y in self.data.test_batches(self.config.eval_batch_size):
+            with self.autocast():
+                out = self.forward(x)
+            loss_sum += F.cross_entropy(out.to(self.acc_dtype), y, reduction="sum").to(torch.float64)
+            correct += (out.argmax(1) == y).sum()
+        self.model.train()
+        n = self.data.n_test
+        return loss_sum.item() / n, correct.item() / n
+
+    def norms(self) -> float:
+        """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
+        return flat_norm(self.params).item()
+
+    def epoch_metrics(self, epoch: int, sums, evaluation) -> EpochMetrics:
+        """A finished epoch's numbers: losses, accuracies, the schedule's lr (``None`` beyond float64; ``log_lr``),
+        the optimizer's lr_opt = lr · R (R = 2^``log2_rescale``), ‖θ‖ = ‖θ_opt‖/√R, the effective lr lr_opt/‖θ_opt‖².
+        Non-finite weights or test loss raise :class:`TrainingDiverged`."""
+        (loss_sum, correct, n), (test_loss, test_acc) = sums, evaluation
+        S, sched = self.steps_per_epoch, self.scheduler
+        norm_opt = self.norms()
+        if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
+            raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
+        log_lr = float(self.schedule.log_lr[(epoch + 1) * S - 1])
+        lr_sched = _exp(log_lr)
+        lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
+                  else math.exp(log_lr + sched.log2_rescale * math.log(2)))
+        norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
+        return EpochMetrics(
+            epoch=epoch + 1, step=(epoch + 1) * S, train_loss=loss_sum / S, train_acc=correct / n,
+            test_loss=test_loss, test_acc=test_acc, lr=lr_sched, log_lr=log_lr, lr_opt=lr_opt,
+            rescale=sched.rescale, log2_rescale=sched.log2_rescale, rescale_count=sched.rescale_count,
+            weight_norm=norm, weight_norm_opt=norm_opt, effective_lr=lr_opt / norm_opt**2,
+        )
+
+    def describe(self) -> dict:
+        """What this trainer resolved: device, precision, steps, milestones, CPU threads, the schedule's lr range
+        (``None`` beyond float64; ``log_max`` its ln) and the data's normalisation."""
+        c, S, log_lr = self.config, self.steps_per_epoch, self.schedule.log_lr
+        return {
+            "device": str(self.device), "precision": self.precision, "steps_per_epoch": S,
+            "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
+            "lr_schedule": {"first": _exp(log_lr[0]), "last": _exp(log_lr[-1]), "max": _exp(log_lr.max()),
+                            "log_max": float(log_lr.max())},
+            "normalisation": {"mean": self.data.mean.tolist(), "std": self.data.std.tolist()},
+        }
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "initial_loss": self.initial_loss}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.initial_loss = state.get("initial_loss")
+
+
+# ----------------------------------------------------------------------------- one run in its folder
 @dataclass(frozen=True)
 class PreparedRun:
     """A run ready to train: its ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings
@@ -49,7 +326,7 @@ class PreparedRun:
     data: DataIdentity
     schedule: Schedule
     check: RunCheck
-    seen: FolderFiles
+    seen: tuple  # the run files as checked (folder_files)
 
     @property
     def state(self) -> RunState:
@@ -68,9 +345,8 @@ class PreparedRun:
                            f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
 
     def resolved_here(self) -> PreparedRun:
-        """This run with its device, precision and CPU threads resolved on this machine (it was prepared on another:
-        a cluster job's submitter), checked against them: playable in that precision, and a resume with the same
-        ones (:func:`~explr.cifar10.runfolder.check_run`).  ``ValueError`` or :class:`RunError` otherwise."""
+        """This run with device, precision and threads resolved on this machine (a cluster job's node), checked:
+        playable in that precision, a resume with the same ones.  ``ValueError`` or :class:`RunError` otherwise."""
         resolved = resolved_settings(self.config)
         if resolved == self.resolved:
             return self
@@ -90,8 +366,8 @@ class PreparedRun:
         return dataclasses.replace(self, check=check, seen=now)
 
 
-def folder_files(folder: Path) -> FolderFiles:
-    """The run files of ``folder`` as (name, inode, size, mtime in ns); those missing are left out."""
+def folder_files(folder: Path) -> tuple:
+    """The run files of ``folder`` as (name, inode, size, mtime in ns; an atomic rewrite is a new inode)."""
     seen = []
     for name in (MANIFEST, CHECKPOINT, METRICS):
         try:
@@ -104,11 +380,9 @@ def folder_files(folder: Path) -> FolderFiles:
 
 def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
                 resolved: dict | None = None) -> PreparedRun:
-    """Make ``config``'s run into ``folder`` ready (module docstring); writes nothing.
-
-    ``resolved``: the settings of one run of ``jobs`` at a time (:func:`~explr.cifar10.config.resolved_settings`),
-    where the caller resolved them already.  Raises ``ValueError`` (one line naming the flag) for a schedule that
-    cannot be played and :class:`RunError` for a folder it cannot train into."""
+    """``config``'s run into ``folder``, validated, its schedule built, its folder checked; writes nothing.
+    ``resolved``: :func:`~explr.cifar10.config.resolved_settings` (of ``jobs`` runs at a time) where the caller has
+    them.  ``ValueError`` (naming the flag) for a schedule that cannot be played, :class:`RunError` for the folder."""
     config.validate()
     resolved = resolved if resolved is not None else resolved_settings(config, jobs)
     folder, data = Path(folder), arrays.identity
@@ -153,9 +427,8 @@ def _check_playable(config: TrainConfig, schedule: Schedule, resolved: dict, whe
 # ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
 class RunResult:
-    """What became of one run: its folder ``out``, :class:`~explr.cifar10.files.Status`, epochs done (``None``
-    where the run's process did not say), a message, its metrics rows and, for a run submitted without waiting,
-    its submitit ``job_id``; :attr:`final` is its last metrics row."""
+    """What became of one run: its folder ``out``, :class:`Status`, epochs done (``None``: not said), a message, its
+    metrics rows, the ``job_id`` of a run submitted without waiting; :attr:`final` is its last metrics row."""
 
     out: Path
     status: Status
@@ -171,52 +444,25 @@ class RunResult:
 
     @classmethod
     def of_error(cls, folder, err: BaseException) -> "RunResult":
-        """The result of a run that ``err`` stopped: diverged (:class:`~explr.cifar10.engine.TrainingDiverged`),
-        locked (a :class:`~explr.cifar10.files.RunError`: another process took its folder after the sweep's checks)
-        or disk full (:class:`~explr.cifar10.files.DiskFull`)."""
+        """The result of a run that ``err`` stopped: :class:`TrainingDiverged`, :class:`RunError` (another process
+        took its folder after the sweep's checks) or :class:`DiskFull`."""
         if isinstance(err, TrainingDiverged):
             return cls(Path(folder), Status.DIVERGED, None, str(err))
         if isinstance(err, RunError):
             message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
             return cls(Path(folder), Status.LOCKED, None, message)
-        if isinstance(err, DiskFull):
-            return cls(Path(folder), Status.DISK_FULL, None, str(err))
-        raise TypeError(f"no run status for {type(err).__name__}: {err}") from err
-
-    @classmethod
-    def from_folder(cls, folder) -> "RunResult":
-        """The result of a run as its manifest and metrics tell it (for runs trained by other processes)."""
-        folder = Path(folder)
-        try:
-            m = read_manifest(folder / MANIFEST)
-            rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
-        except (OSError, RunError):
-            return cls(folder, Status.NOT_STARTED, 0)
-        return cls(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
-                   m.get("message", ""), rows)
+        return cls(Path(folder), Status.DISK_FULL, None, str(err))  # DiskFull
 
 
 #: the errors after which a sweep goes on with its other runs (:meth:`RunResult.of_error` says what became of one).
 SWEEP_GOES_ON = (TrainingDiverged, RunError)
 
 
-def _epoch_row(trainer: Trainer, epoch: int, sums, evaluation, times) -> MetricsRow:
-    """The metrics of a finished epoch (:meth:`Trainer.epoch_metrics`, then the timings)."""
-    t0, t1, t2 = times
-    n = sums[2]
-    timings = (time.perf_counter() - t0, t1 - t0, t2 - t1, n / (t1 - t0))
-    return MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
-
-
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
-    """Train one run into the folder ``out`` (created); see the module docstring for the files.
-
-    ``resume=True`` continues from ``out/checkpoint.pt`` if there is one (a finished run is returned as
-    is) and starts fresh otherwise.  The run is prepared first (:func:`~explr.cifar10.runs.prepare_run`:
-    problems with the folder raise :class:`RunError` before anything is written), then trained
-    (:func:`train_prepared`, which takes the other arguments).
-    """
+    """Train one run into the folder ``out`` (created): :func:`prepare_run` (a bad folder raises :class:`RunError`
+    before anything is written), then :func:`train_prepared`.  ``resume=True`` continues from ``out``'s checkpoint
+    if there is one (a finished run is returned as is)."""
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
@@ -226,26 +472,16 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` (:class:`~explr.cifar10.runs.PreparedRun`) on ``arrays`` (loaded here if
-    ``None``: they must be the data it was prepared with).
-
-    The trainer is built before anything is created; then the run's lock is taken, temporary files a killed writer
-    left are removed, and the folder is checked again only if its files changed since the run was prepared
-    (:meth:`~explr.cifar10.runs.PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k (status
-    "interrupted"; to test resuming); ``model`` trains that network instead of the config's PreResNet
-    (:class:`~explr.cifar10.engine.Trainer`).  Raises :class:`TrainingDiverged` when the run diverges
-    (:mod:`explr.cifar10.engine`), ``KeyboardInterrupt`` (or :class:`~explr.cifar10.files.Terminated`) when
-    interrupted and :class:`DiskFull` when the disk fills up; all keep the checkpoint of the last finished epoch and
-    record the status in the manifest (a full disk: if the manifest can still be written).
-    """
+    """Train the prepared ``run`` on ``arrays`` (the data it was prepared with; loaded here if ``None``): the trainer
+    is built first, then the run's lock taken, a killed writer's temporary files removed and the folder checked again
+    if it changed (:meth:`PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k ("interrupted"); ``model``:
+    see :class:`Trainer`.  Divergence (:class:`TrainingDiverged`), a signal (``KeyboardInterrupt``) and a full disk
+    (:class:`DiskFull`) keep the last epoch's checkpoint and record the status in the manifest."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
     run.check_data(arrays)
-    trainer = None
-    if run.state is not RunState.FINISHED:  # before anything is created
-        torch.set_num_threads(run.resolved["threads"])
-        trainer = _trainer(run, arrays, model)
+    trainer = None if run.state is RunState.FINISHED else _trainer(run, arrays, model)  # before anything is created
     with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         remove_leftovers(run.folder)
         run = run.confirmed()
@@ -259,16 +495,16 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
 
 
 def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
-    """The run's trainer, on the device, in the precision and with the schedule the run resolved and built."""
+    """The run's trainer, with the threads, device, precision and schedule the run resolved and built."""
     resolved = run.resolved
+    torch.set_num_threads(resolved["threads"])
     return Trainer(run.config, arrays, torch.device(resolved["device"]), precision=resolved["precision"],
                    schedule=run.schedule, model=model)
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a deleted metrics.jsonl is rewritten from it, and so is one that
-    holds only its first rows (killed between the last checkpoint and its metrics; ``check_run`` refused any other
-    difference)."""
+    """A finished run as its checkpoint holds it; a deleted metrics.jsonl, or one a kill left short (``check_run``
+    refused any other difference), is rewritten from it."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
@@ -287,8 +523,6 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         saved = checkpoint_of(out, previous)
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
-        if trainer.initial_loss is None and history:  # checkpoints written before the explosion check
-            trainer.initial_loss = history[0]["train_loss"]
     record = config_record(config)
     manifest = new_manifest(previous, record, trainer.describe(), trainer.device,
                             device_name(trainer.device), arrays.describe(), start, elapsed)
@@ -304,7 +538,9 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
             sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
             t1 = time.perf_counter()
             evaluation = trainer.evaluate()
-            row = _epoch_row(trainer, epoch, sums, evaluation, (t0, t1, time.perf_counter()))
+            t2 = time.perf_counter()
+            timings = (t2 - t0, t1 - t0, t2 - t1, sums[2] / (t1 - t0))
+            row = MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
             elapsed += time.perf_counter() - t0
             state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record,
                                      resolved, arrays.sha256, elapsed)

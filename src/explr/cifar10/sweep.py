@@ -19,8 +19,8 @@ import torch
 
 from .config import JOBS, TrainConfig, resolved_settings, worker_gpus, workers
 from .data import CifarArrays, load_cifar10
-from .files import DiskFull, RunLocked, RunState, Status, exit_code, handle_signals
-from .runfolder import check_folder, check_writable, run_dir
+from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, handle_signals
+from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
 from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
 
 __all__ = [
@@ -237,6 +237,18 @@ def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -
             for i, run in enumerate(runs)]
 
 
+def _folder_result(folder) -> RunResult:
+    """The result of a run as its manifest and metrics tell it (a run another process trained)."""
+    folder = Path(folder)
+    try:
+        m = read_manifest(folder / MANIFEST)
+        rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+    except (OSError, RunError):
+        return RunResult(folder, Status.NOT_STARTED, 0)
+    return RunResult(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
+                     m.get("message", ""), rows)
+
+
 #: what a worker's exit code says where its run folder cannot tell (:meth:`Status.from_exit_code`); any other
 #: status is the one its manifest records.
 _POOL_SAYS = {Status.LOCKED: "{folder} was taken by another process meanwhile; see the worker's line above",
@@ -249,7 +261,7 @@ def _pool_result(folder, code: int | None) -> RunResult:
     ``code`` says LOCKED, DISK_FULL or FAILED and the folder says otherwise (another process's run, a manifest the
     full disk kept from being written, a worker that died before recording anything).  ``code`` is ``None`` for a
     worker that never started or that the pool stopped itself."""
-    r = RunResult.from_folder(folder)
+    r = _folder_result(folder)
     said = None if code is None else Status.from_exit_code(code)
     if said in _POOL_SAYS and said is not r.status:
         r = dataclasses.replace(r, status=said, message=_POOL_SAYS[said].format(folder=folder, code=code))
@@ -448,20 +460,21 @@ def _skipped(folder: str, run) -> RunResult | None:
     if isinstance(run, RunLocked):
         return RunResult.of_error(folder, run)
     if run.state is RunState.FINISHED:
-        return dataclasses.replace(RunResult.from_folder(folder), status=Status.FINISHED)
+        return dataclasses.replace(_folder_result(folder), status=Status.FINISHED)
     return None
 
 
 def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
-    """{index: result} of every job, when all have ended (a job that failed is status "failed").  A local job has
-    ended when submitit's ``job.done()`` says so, a SLURM job when its result file is there (``job.done()`` would
-    ask ``sacct``, which clusters without accounting lack: a SLURM job killed before it wrote a result is waited
-    for until this process is interrupted)."""
+    """{index: result} of every job, when all have ended: when it wrote its result, or when submitit's
+    ``job.done()`` sees it ended without one (SLURM's state from ``sacct``: CANCELLED, NODE_FAIL, ...; a job that
+    failed or died is status "failed").  Where ``sacct`` does not answer (no accounting), the wait ends with the
+    result files only, as one line says."""
     pending, results = dict(jobs), {}
+    sees_deaths = not pending or cluster == "local" or _sacct_answers(next(iter(pending.values())).job_id)
     try:
         while pending:
             for i, job in list(pending.items()):
-                if job.paths.result_pickle.exists() if cluster == "slurm" else job.done():
+                if job.paths.result_pickle.exists() or (sees_deaths and job.done()):
                     results[i] = _outcome(dirs[i], pending.pop(i))
             time.sleep(1 if pending else 0)
     except KeyboardInterrupt:
@@ -478,12 +491,30 @@ def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
     return results
 
 
+def _sacct_answers(job_id: str) -> bool:
+    """Whether SLURM's accounting answers for ``job_id`` (``sacct``, which submitit asks for a job's state); if
+    not, says in one line that a job killed before its result is not seen."""
+    try:
+        r = subprocess.run(["sacct", "-n", "-X", "-j", job_id], capture_output=True, text=True, timeout=60)
+        why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = str(err)
+    if why:
+        print(f"sacct does not answer ({why}): a job killed before it writes its result (scancel, a node failure) "
+              "is not seen, and the wait ends when every job has written one (Ctrl-C stops waiting)", file=sys.stderr)
+    return not why
+
+
 def _outcome(folder: str, job) -> RunResult:
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
     try:
         return job.result()
-    except Exception as err:  # the job failed: submitit re-raises its error with the job's traceback
-        message = _last_error_line(str(err)) or type(err).__name__
-        return RunResult(Path(folder), Status.FAILED, None, f"job {job.job_id}: {message}")
+    except UncompletedJobError as err:  # failed (submitit re-raises its error with the job's traceback), or killed
+        message = (f"job {job.job_id}: {_last_error_line(str(err)) or type(err).__name__}"
+                   if isinstance(err, FailedJobError) else
+                   f"job {job.job_id} ended ({job.state}) without a result; its log: {job.paths.stderr}")
+    return RunResult(Path(folder), Status.FAILED, None, message)
 
 
 def _last_error_line(text: str) -> str:
