@@ -21,23 +21,20 @@ from typing import Optional, TypedDict
 import numpy as np
 import torch
 
-from ..lr_scheduler import PerStepLR
-from ..models import PreResNet
-from ..params import Float, Text, is_int, is_real_type
-from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig, rescale_limit
+from ..params import is_int
+from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig
 from .data import DataIdentity
 from .files import (
-    LOCK, RECORDED, RunError, RunLocked, RunState, Status, lock_holder, lock_is_a_link, locked_message,
+    LOCK, RunError, RunLocked, RunState, Status, lock_holder, lock_is_a_link, locked_message,
     read_run_file, write_file,
 )
 
 __all__ = [
-    "CHECKPOINT", "CHECKPOINT_KEYS", "Checkpoint", "EpochMetrics", "FINAL_KEYS", "FORMAT", "MANIFEST",
-    "MANIFEST_FIELDS", "METRICS", "Manifest", "MetricsRow", "RunCheck", "SHOWN", "TIMING_KEYS", "Timings",
-    "check_checkpoint", "check_epoch", "check_folder", "check_metrics_file", "check_progress", "check_rows",
-    "check_run", "check_states", "check_writable", "checkpoint_of", "checkpoint_state", "config_record",
-    "git_commit", "load_checkpoint", "load_runs", "new_manifest", "read_manifest", "read_metrics", "record_end",
-    "record_epoch", "refuse", "run_dir", "serialize_checkpoint", "shown", "write_manifest", "write_metrics",
+    "CHECKPOINT", "CHECKPOINT_KEYS", "Checkpoint", "EpochMetrics", "FINAL_KEYS", "FORMAT", "MANIFEST", "METRICS",
+    "Manifest", "MetricsRow", "RunCheck", "TIMING_KEYS", "Timings", "check_folder", "check_metrics_file",
+    "check_run", "check_writable", "checkpoint_of", "checkpoint_state", "config_record", "git_commit",
+    "load_checkpoint", "load_runs", "new_manifest", "read_manifest", "read_metrics", "record_end", "record_epoch",
+    "run_dir", "serialize_checkpoint", "write_manifest", "write_metrics",
 ]
 
 
@@ -67,35 +64,8 @@ class MetricsRow(EpochMetrics, Timings):
 
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = tuple(Timings.__annotations__)
-#: the numbers of a row that a resume shows and reports (the progress bar, the manifest's "final"), and their rules
-SHOWN = {"train_loss": Float(0, lo_open=False), "train_acc": Float(0, 1, lo_open=False, hi_open=False),
-         "test_loss": Float(0, lo_open=False), "test_acc": Float(0, 1, lo_open=False, hi_open=False)}
-#: the manifest's ``final``: the last row's epoch and :data:`SHOWN` numbers
-FINAL_KEYS = ("epoch", *SHOWN)
-
-
-def check_rows(rows: list, path) -> None:
-    """The rows of the checkpoint at ``path``: JSON objects of epochs 1, 2, ... in order, holding only numbers or
-    null, with :data:`SHOWN` numbers that keep their rules; a :class:`RunError` naming ``path`` otherwise."""
-    wrong = _row_error(rows)
-    if wrong:
-        raise refuse(Path(path), wrong)
-
-
-def _row_error(rows: list) -> str | None:
-    for number, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            return f"holds a metrics row {number} = {shown(row)}, not a JSON object"
-        bad = next((k for k, v in row.items() if not isinstance(k, str) or not (v is None or is_real_type(type(v)))),
-                   None)
-        if bad is not None:
-            return f"holds a metrics row {number} whose {shown(bad)} = {shown(row[bad])} is not a number or null"
-        if not is_int(row.get("epoch")) or row.get("epoch") != number:
-            return f"holds a metrics row {number} of epoch {shown(row.get('epoch'))}, not of epoch {number}"
-        for key, rule in SHOWN.items():
-            if not rule.ok(row.get(key)):
-                return f"holds a metrics row {number} whose {key} = {shown(row.get(key))} is not {rule.rule()}"
-    return None
+#: the manifest's ``final``: the last row's epoch and the numbers a resume shows
+FINAL_KEYS = ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")
 
 
 def write_metrics(path, rows) -> None:
@@ -172,23 +142,6 @@ class Checkpoint(TypedDict, total=False):
 
 #: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
-#: the rules of the checkpoint's own fields (the settings are compared with the run's by runfolder.check_run)
-_SAVED = {"data_sha256": Text("the data's sha256 (a string)"), "elapsed": Float(0, lo_open=False),
-          "initial_loss": Float(0, lo_open=False)}
-
-
-def refuse(path: Path, what: str) -> RunError:
-    """The refusal of the run file ``path`` that ``what`` is wrong with."""
-    return RunError(f"{path} {what} (hand-edited?); restore it, or delete the folder {path.parent} to train this run "
-                    "again from the start")
-
-
-def shown(value) -> str:
-    """``repr(value)`` on one line of at most 40 characters, for an error message."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def checkpoint_state(trainer_state: dict, epoch: int, metrics: list, config: dict, resolved: dict, data_sha256: str,
                      elapsed: float) -> Checkpoint:
     """The checkpoint after ``epoch`` epochs (``config`` as recorded; of ``resolved``, :data:`RESOLVED_KEYS`)."""
@@ -224,65 +177,6 @@ def load_checkpoint(folder) -> tuple[Checkpoint, str]:
     return saved, hashlib.sha256(data).hexdigest()
 
 
-def check_checkpoint(saved: Checkpoint, path) -> None:
-    """The fields of the checkpoint at ``path`` that a resume reads and that need no run to check: ``data_sha256``
-    (a string), ``elapsed`` (seconds >= 0, if present), ``initial_loss`` (None or a finite loss >= 0, if present)
-    and ``resolved`` (None or a dict, if present).  Anything else is a :class:`RunError` naming ``path``."""
-    path = Path(path)
-    for key, rule in _SAVED.items():
-        if key in saved and not (key == "initial_loss" and saved[key] is None) and not rule.ok(saved[key]):
-            raise refuse(path, f"holds {key} = {shown(saved[key])}, not {rule.rule()}")
-    if saved.get("resolved") is not None and not isinstance(saved["resolved"], dict):
-        raise refuse(path, f"holds resolved = {shown(saved['resolved'])}, not a dict of settings")
-
-
-def check_epoch(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
-    """The checkpoint's epoch is an integer in [1, epochs] with one metrics row per epoch."""
-    epoch, rows = saved["epoch"], len(saved["metrics"])
-    if not (is_int(epoch) and 1 <= epoch <= config.epochs and rows == epoch):
-        raise RunError(f"{path} records epoch {epoch!r} with {rows} metrics rows, not an epoch in [1, "
-                       f"{config.epochs}] with one row each (hand-edited?); restore it, or delete the folder "
-                       f"{path.parent} to train this run again from the start")
-
-
-def check_states(saved: Checkpoint, config: TrainConfig, path: Path) -> None:
-    """The model and optimizer states load into this run's network (built on the meta device, then given the
-    saved tensors themselves: nothing is allocated or copied)."""
-    try:
-        with torch.device("meta"):
-            model = PreResNet(config.depth, invariant=config.invariant, eps=config.bn_eps)
-        model.load_state_dict(saved["model"], assign=True)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.SGD(params, lr=1.0, momentum=config.momentum)
-        optimizer.load_state_dict(saved["optimizer"])
-        for p in params:
-            buf = optimizer.state.get(p, {}).get("momentum_buffer")
-            if buf is not None and buf.shape != p.shape:
-                raise ValueError(f"a momentum buffer of shape {tuple(buf.shape)} for a weight of shape {tuple(p.shape)}")
-    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
-        reason = " ".join(str(err).split())[:160]
-        raise RunError(f"{path} does not fit this run's PreResNet{config.depth} ({reason}); restore it, or delete "
-                       f"the folder {path.parent} to train this run again from the start") from None
-
-
-def check_progress(saved: Checkpoint, config: TrainConfig, steps_per_epoch: int, path, *, schedule) -> None:
-    """The scheduler state of the checkpoint at ``path`` (of a run whose settings, epoch and tensors were checked)
-    is one that ``config``'s scheduler, playing ``schedule`` (``config``'s played schedule), loads
-    (:meth:`PerStepLR.check_state_dict`, the checks of its ``load_state_dict``) at the checkpoint's epoch:
-    ``last_epoch`` = epoch × ``steps_per_epoch``.  Otherwise a :class:`RunError` naming ``path``."""
-    path = Path(path)
-    state = saved["scheduler"]
-    try:
-        PerStepLR.check_state_dict(state, schedule, rescale_above=rescale_limit(config))
-    except (ValueError, TypeError, OverflowError) as err:
-        reason = " ".join(str(err).split())[:200]
-        raise refuse(path, f"holds a scheduler state this run's schedule cannot resume from ({reason})") from None
-    steps = saved["epoch"] * steps_per_epoch
-    if state["last_epoch"] != steps:
-        raise refuse(path, f"holds a scheduler at step last_epoch = {state['last_epoch']}, not at the {steps} steps of "
-                     f"its {saved['epoch']} epochs")
-
-
 #: the manifest's name in a run folder
 MANIFEST = "manifest.json"
 #: larger than any manifest this engine writes (a few KiB).
@@ -299,19 +193,6 @@ Manifest = TypedDict("Manifest", {
     "environment": dict, "started": str, "updated": str, "epochs_done": int, "elapsed_seconds": float,
     "checkpoint_sha256": Optional[str], "checkpoint_sha256_writing": Optional[str], "final": dict,
 }, total=False)
-
-
-#: the manifest's fields that the engine reads: the JSON types it writes them with, and their description (a status
-#: must moreover be one it writes, :data:`~explr.cifar10.files.RECORDED`).
-MANIFEST_FIELDS = {
-    "status": ((str,), "a string"), "message": ((str,), "a string"), "config": ((dict,), "an object"),
-    "resolved": ((dict,), "an object"), "devices": ((list,), "a list of strings"),
-    "epochs_done": ((int,), "an integer"),
-    "checkpoint_sha256": ((str, type(None)), "a string or null"), "started": ((str,), "a string"),
-    "checkpoint_sha256_writing": ((str, type(None)), "a string or null"),
-}
-_JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
-               dict: "an object", type(None): "null"}
 
 
 def git_commit() -> dict:
@@ -374,22 +255,6 @@ def record_end(path, manifest: Manifest, status: Status, message: str, elapsed: 
     write_manifest(path, manifest)
 
 
-def _field_error(manifest: dict) -> str | None:
-    """What is wrong with the first field of :data:`MANIFEST_FIELDS` that ``manifest`` holds with another type."""
-    for key, (types, expected) in MANIFEST_FIELDS.items():
-        if key not in manifest:
-            continue
-        value = manifest[key]
-        if type(value) not in types:
-            return f"{key} is {_JSON_TYPES[type(value)]}, expected {expected}"
-        wrong = [_JSON_TYPES[type(d)] for d in value if type(d) is not str] if key == "devices" else []
-        if wrong:
-            return f"{key} holds {wrong[0]}, expected {expected}"
-        if key == "status" and value not in RECORDED:
-            return f"status is {value!r}, not one of {', '.join(RECORDED)}"
-    return None
-
-
 def read_manifest(path) -> Manifest:
     """The manifest at ``path`` (a JSON object whose fields the engine reads have its types, a regular file of at most
     :data:`MAX_MANIFEST_BYTES`); :class:`RunError` naming the file and what to delete otherwise."""
@@ -404,9 +269,6 @@ def read_manifest(path) -> Manifest:
         raise RunError(f"{path} is unreadable ({err}); {remedy}") from None
     if not isinstance(manifest, dict):
         raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}; hand-edited?); {remedy}")
-    wrong = _field_error(manifest)
-    if wrong:
-        raise RunError(f"{path}: {wrong} (hand-edited?); {remedy}")
     return manifest
 
 
@@ -547,11 +409,10 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
     return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
 
 
-def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *, schedule,
+def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train on ``data`` into ``folder``?  Raises :class:`RunError` (module docstring); writes
-    nothing.  ``schedule``: ``config``'s played schedule (:func:`~explr.cifar10.runfolder.check_progress`);
-    ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock check)."""
+    nothing.  ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock check)."""
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:
@@ -561,8 +422,6 @@ def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, res
     if not ckpt.exists():
         return RunCheck(RunState.NEW, note=note)
     saved = checkpoint_of(folder, saved_manifest)
-    check_checkpoint(saved, ckpt)
-    check_rows(saved["metrics"], ckpt)
     diff = _settings_mismatch(saved["config"], config)
     diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
     if diff:
@@ -570,9 +429,6 @@ def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, res
     if saved["data_sha256"] != data.sha256:
         raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
                        f"now {data.sha256[:12]}… from {data.source}); pass the same --data or another --out")
-    check_epoch(saved, config, ckpt)
-    check_states(saved, config, ckpt)
-    check_progress(saved, config, data.n_train // config.batch_size, ckpt, schedule=schedule)
     done = saved["epoch"]
     if done >= config.epochs and metrics.exists():  # a finished run's metrics (an unfinished run's are rewritten)
         check_metrics_file(read_metrics(metrics), saved["metrics"], metrics, ckpt)

@@ -352,7 +352,7 @@ class PreparedRun:
             return self
         _check_playable(self.config, self.schedule, resolved, _describe(self.config))
         seen = folder_files(self.folder)
-        check = check_run(self.config, self.folder, self.data, self.resume, resolved, schedule=self.schedule)
+        check = check_run(self.config, self.folder, self.data, self.resume, resolved)
         return dataclasses.replace(self, resolved=resolved, check=check, seen=seen)
 
     def confirmed(self) -> PreparedRun:
@@ -361,8 +361,7 @@ class PreparedRun:
         now = folder_files(self.folder)
         if now == self.seen:
             return self
-        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True,
-                          schedule=self.schedule)
+        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True)
         return dataclasses.replace(self, check=check, seen=now)
 
 
@@ -389,7 +388,7 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     where = _describe(config)
     schedule = _built_schedule(config, data, where)
     seen = folder_files(folder)  # before the check: a change during it is seen under the lock
-    check = check_run(config, folder, data, resume, resolved, schedule=schedule)  # a resume's other settings first
+    check = check_run(config, folder, data, resume, resolved)  # a resume's other settings first
     _check_playable(config, schedule, resolved, where)
     return PreparedRun(config, folder, resume, resolved, data, schedule, check, seen)
 
