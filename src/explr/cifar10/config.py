@@ -30,17 +30,6 @@ from ..schedules import (
     CORRECTIONS, PlainSchedule, Schedule, alpha, check_milestones, cosine, step_decay, texp, texp_minus_minus,
 )
 
-__all__ = [
-    "BN_EPS_MAX", "COMPILE_MODES", "CommandLineParser", "EXPONENTIAL", "FOLDER", "JOBS", "LR_MAX", "LR_MIN",
-    "MAX_DEPTH", "MAX_DEVICE_INDEX", "MAX_EPOCHS", "MAX_JOBS", "MAX_THREADS", "PAPER_SCALE", "PRECISIONS",
-    "RESCALE_ABOVE_MAX", "RESOLVED_KEYS", "SCHEDULES", "SCHEDULE_BYTES_PER_STEP", "TRAJECTORY_KEYS", "TrainConfig",
-    "ablation_runs", "add_config_arguments", "argument_type", "available_cpus", "available_memory",
-    "check_lr_range", "check_schedule_memory", "config_to_argv", "configs_from_args", "default_decay_epochs",
-    "default_threads", "device_name", "experiment_plan", "lr_wd_limit", "main_runs", "milestones_at",
-    "paper_scale_milestones", "paper_scale_runs", "param_dtype", "played_schedule", "rescale_limit",
-    "resolve_device", "resolve_precision", "resolve_threads", "resolved_settings", "worker_gpus", "workers",
-]
-
 
 #: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.config`.
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")

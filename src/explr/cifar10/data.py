@@ -33,8 +33,6 @@ from ..params import is_int
 from .config import available_memory
 from .files import atomic_write, remove_stale_leftovers
 
-__all__ = ["CLASSES", "CifarArrays", "DataError", "DataIdentity", "arrays_sha256", "download_cifar10", "load_cifar10",
-           "load_image_folder", "load_npz", "make_synthetic", "read_cifar_batches"]
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"

@@ -20,14 +20,6 @@ import time
 from pathlib import Path
 
 
-__all__ = [
-    "DiskFull", "LOCK", "RECORDED", "RunError", "RunLock", "RunLocked", "RunState", "Status", "Terminated",
-    "atomic_write", "default_file_mode", "disk_full", "exit_code", "handle_signals", "lock_holder",
-    "locked_message", "pid_alive", "read_run_file", "remove_leftovers", "remove_stale_leftovers", "signal_name",
-    "write_file",
-]
-
-
 TMP_SUFFIX = ".tmp"
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters of mkstemp>.tmp``
 #: (earlier versions put ``@<8 hex digits>`` after the pid).

@@ -25,7 +25,6 @@ from pathlib import Path, PurePosixPath
 
 from .runfolder import load_runs
 
-__all__ = ["committed_results", "experiment_runs", "release_archive_url"]
 
 RESULT_SUFFIXES = (".json", ".jsonl", ".md")
 

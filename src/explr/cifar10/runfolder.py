@@ -29,14 +29,6 @@ from .files import (
     read_run_file, write_file,
 )
 
-__all__ = [
-    "CHECKPOINT", "CHECKPOINT_KEYS", "Checkpoint", "EpochMetrics", "FINAL_KEYS", "FORMAT", "MANIFEST", "METRICS",
-    "Manifest", "MetricsRow", "RunCheck", "TIMING_KEYS", "Timings", "check_folder", "check_metrics_file",
-    "check_run", "check_writable", "checkpoint_of", "checkpoint_state", "config_record", "git_commit",
-    "load_checkpoint", "load_runs", "new_manifest", "read_manifest", "read_metrics", "record_end", "record_epoch",
-    "run_dir", "serialize_checkpoint", "write_manifest", "write_metrics",
-]
-
 
 #: the checkpoint's name in a run folder
 CHECKPOINT = "checkpoint.pt"

@@ -35,9 +35,6 @@ from .runfolder import (
     record_epoch, serialize_checkpoint, write_manifest, write_metrics,
 )
 
-__all__ = ["DeviceData", "EXPLODED", "EpochPlan", "EpochState", "PreparedRun", "RunResult", "SWEEP_GOES_ON", "Trainer",
-           "TrainingDiverged", "prepare_run", "train_prepared", "train_run"]
-
 
 # ----------------------------------------------------------------------------- on-device sampler
 @dataclass(frozen=True)

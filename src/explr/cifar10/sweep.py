@@ -23,11 +23,6 @@ from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, h
 from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
 from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
 
-__all__ = [
-    "RunJob", "attach_arrays", "check_before_data", "check_gpus", "check_launcher", "check_slurm", "prepare",
-    "run_many", "run_plan", "share_arrays", "submit", "train_on_node",
-]
-
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
