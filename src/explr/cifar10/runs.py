@@ -499,8 +499,8 @@ def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a deleted metrics.jsonl, or one a kill left short (``check_run``
-    refused any other difference), is rewritten from it."""
+    """A finished run as its checkpoint holds it; a metrics.jsonl that differs (deleted, left short by a kill, edited)
+    is rewritten from it."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
