@@ -65,12 +65,9 @@ def write_metrics(path, rows) -> None:
 
 
 def read_metrics(path, *, drop_partial_last: bool = False) -> list[dict]:
-    """The per-epoch rows of a run (``path``: its directory or its metrics.jsonl).
-
-    A line that is not a JSON object is a :class:`RunError` naming the file and the line, and so is a file that
-    is not a regular UTF-8 file of at most :data:`MAX_METRICS_BYTES`; a missing file is ``FileNotFoundError``.
-    ``drop_partial_last``: an unparsable last line is dropped instead (the partial write of a killed epoch).
-    """
+    """The per-epoch rows of a run (``path``: its folder or its metrics.jsonl); a line that is not a JSON object,
+    or a file that is not a regular UTF-8 file of at most :data:`MAX_METRICS_BYTES`, is a :class:`RunError` naming
+    it (a missing one ``FileNotFoundError``).  ``drop_partial_last``: an unparsable last line is dropped instead."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
@@ -273,12 +270,9 @@ def run_dir(out, schedule: str, seed: int) -> Path:
 
 
 def load_runs(out) -> list[dict]:
-    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).
-
-    A manifest that says "running" while no process holds the run's lock belongs to a process that was
-    killed (SIGKILL, a crash, a lost node): it is reported as "interrupted", and a partial last line of
-    its metrics is dropped.  A manifest or metrics line that does not parse is a :class:`RunError`.
-    """
+    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).  A
+    manifest saying "running" whose lock no process holds is reported "interrupted" (killed), its partial last
+    metrics line dropped; a file that does not parse is a :class:`RunError`."""
     runs = []
     for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
         manifest = read_manifest(manifest_path)
@@ -338,29 +332,22 @@ def _settings_mismatch(saved: dict, config: TrainConfig) -> list[str]:
             if saved.get(k, _DEFAULTS[k]) != now[k]]
 
 
-def _first_existing(path: Path) -> Path:
-    """``path`` or its nearest parent that exists; :class:`RunError` naming ``--out`` when the path cannot even be
-    looked up (``ENAMETOOLONG``: a folder name or the whole path longer than the file system allows)."""
+def _nearest_folder(path: Path, what: str) -> Path:
+    """``path`` or its nearest existing parent, which must be a folder; :class:`RunError` naming ``--out`` otherwise
+    (also where the path cannot be looked up: ``ENAMETOOLONG``)."""
     try:
-        return next(p for p in (path, *path.parents) if p.exists())
+        p = next(p for p in (path, *path.parents) if p.exists())
     except OSError as err:
         raise RunError(f"--out: cannot use {path} ({err.strerror}); choose another --out") from None
-
-
-def _nearest_folder(path: Path, what: str) -> Path:
-    """The first existing path of ``path`` (itself or a parent), which must be a folder, not a file: :class:`RunError`
-    naming ``--out`` and ``what`` cannot be created otherwise."""
-    p = _first_existing(path)
     if not p.is_dir():
         raise RunError(f"--out: {p} is a file, not a folder: cannot create {what}")
     return p
 
 
 def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str, dict] | None:
-    """The checks of :func:`check_run` that need neither the data nor the checkpoint (made before the data is
-    loaded): the path to ``folder``, the folder itself and its lock, an existing run without ``resume``, its manifest.
-    Returns ``None`` where no folder exists yet, else ``(note, manifest)``: a stale lock's note and the manifest
-    (``{}`` if none); raises :class:`RunError` (module docstring); writes nothing."""
+    """The checks of :func:`check_run` made before the data is loaded: the path, the folder, its lock, a run
+    there without ``resume``, its manifest.  ``None`` where no folder exists yet, else ``(note, manifest)`` (a stale
+    lock's note; ``{}`` without a manifest); writes nothing."""
     folder = Path(folder)
     _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():
