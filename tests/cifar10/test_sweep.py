@@ -359,6 +359,18 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)
 
 
+def test_a_preempted_job_is_requeued_as_the_same_run_resuming(arrays, tmp_path):
+    """submitit calls ``checkpoint`` on preemption or a time limit: the job it requeues trains the same run, resuming
+    (the real requeue: tests/slurm)."""
+    from submitit.helpers import DelayedSubmission
+
+    run = sweep.prepare_run(TrainConfig(**TINY).validate(), tmp_path / "seed0", arrays)
+    again = sweep.RunJob(run).checkpoint()
+    assert isinstance(again, DelayedSubmission) and isinstance(again.function, sweep.RunJob)
+    requeued = again.function.run
+    assert (requeued.config, requeued.folder, requeued.resume, run.resume) == (run.config, run.folder, True, False)
+
+
 # ----------------------------------------------------------------------------- waiting for SLURM jobs
 class _KilledJob:
     """A SLURM job as submitit shows it: ``done()`` once sacct reports it ended (after ``polls`` calls), with no
