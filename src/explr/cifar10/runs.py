@@ -287,8 +287,8 @@ class Trainer:
         )
 
     def describe(self) -> dict:
-        """What this trainer resolved: device, precision, steps, milestones, CPU threads, the schedule's lr range
-        (``None`` beyond float64; ``log_max`` its ln) and the data's normalisation."""
+        """What this trainer resolved: device, precision, steps, milestones, threads, the schedule's lr range
+    (``None`` beyond float64) and the data's normalisation."""
         c, S, log_lr = self.config, self.steps_per_epoch, self.schedule.log_lr
         return {
             "device": str(self.device), "precision": self.precision, "steps_per_epoch": S,
@@ -312,9 +312,8 @@ class Trainer:
 # ----------------------------------------------------------------------------- one run in its folder
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: its ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings
-    (:data:`~explr.cifar10.config.RESOLVED_KEYS`), the identity of its ``data``, the ``schedule`` it plays, what
-    ``check`` found in its folder and the folder's files as they were checked (``seen``)."""
+    """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
+    identity, the ``schedule`` it plays, what ``check`` found in its folder and the files as checked (``seen``)."""
 
     config: TrainConfig
     folder: Path
@@ -468,11 +467,10 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` on ``arrays`` (the data it was prepared with; loaded here if ``None``): the trainer
-    is built first, then the run's lock taken, a killed writer's temporary files removed and the folder checked again
-    if it changed (:meth:`PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k ("interrupted"); ``model``:
-    see :class:`Trainer`.  Divergence (:class:`TrainingDiverged`), a signal (``KeyboardInterrupt``) and a full disk
-    (:class:`DiskFull`) keep the last epoch's checkpoint and record the status in the manifest."""
+    """Train the prepared ``run`` on ``arrays`` (its data; loaded if ``None``): the trainer built, then the lock
+    taken, a killed writer's temporary files removed, the folder checked again if it changed.  ``stop_after=k``:
+    stop after epoch k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal and a full disk keep
+    the last epoch's checkpoint and record the status in the manifest."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
