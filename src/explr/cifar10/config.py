@@ -520,22 +520,9 @@ def _seeds_of(seeds, schedule: str) -> list[int]:
     return list(seeds.get(schedule, ()) if isinstance(seeds, Mapping) else seeds)
 
 
-def main_runs(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], schedules=SCHEDULES,
-              **common) -> list[TrainConfig]:
-    """Every schedule × its seeds at the usual recipe; ``common``: any other :class:`TrainConfig` field."""
-    return [TrainConfig(schedule=s, seed=k, epochs=epochs, **common) for s in schedules for k in _seeds_of(seeds, s)]
-
-
 def ablation_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
     """TEXP without momentum corrections, one run per seed (pair it with main's TEXP of the same seed)."""
     return [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common) for k in seeds]
-
-
-def paper_scale_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
-    """Step Decay + WD and TEXP at :data:`PAPER_SCALE`, decays at :func:`paper_scale_milestones` (per seed)."""
-    decays = tuple(paper_scale_milestones(epochs))
-    return [TrainConfig(schedule=s, seed=k, epochs=epochs, decay_epochs=decays, **{**common, **PAPER_SCALE})
-            for k in seeds for s in ("step", "texp")]
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
@@ -546,13 +533,16 @@ def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[in
     (seeds: ``ablation_seeds``, default main's TEXP seeds); ``paper-scale`` if ``paper_scale`` (seeds:
     ``paper_seeds``, default the first of main's; ``paper_epochs``, default ``epochs``).  ``common``: any other
     :class:`TrainConfig` field, for every run (device, precision, data, depth, ...)."""
-    plan = {"main": main_runs(epochs, seeds, schedules, **common)}
+    plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
+                     for s in schedules for k in _seeds_of(seeds, s)]}
     texp_seeds = _seeds_of(seeds, "texp")
     if ablation and "texp" in schedules:
         plan["ablation-none"] = ablation_runs(epochs, texp_seeds if ablation_seeds is None else ablation_seeds,
                                               **common)
     if paper_scale:
         first = [c.seed for c in plan["main"]][:1]
-        plan["paper-scale"] = paper_scale_runs(epochs if paper_epochs is None else paper_epochs,
-                                               first if paper_seeds is None else paper_seeds, **common)
+        E = epochs if paper_epochs is None else paper_epochs  # Step Decay + WD and TEXP at PAPER_SCALE
+        decays = tuple(paper_scale_milestones(E))
+        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, epochs=E, decay_epochs=decays, **{**common, **PAPER_SCALE})
+                               for k in (first if paper_seeds is None else paper_seeds) for s in ("step", "texp")]
     return plan
