@@ -195,13 +195,6 @@ def deeply_nested(depth=200_000):
     return "[" * depth + "]" * depth
 
 
-def edit_manifest(run, **changes):
-    """``changes`` written into the run's manifest.json (a hand edit)."""
-    manifest = json.loads((run / "manifest.json").read_text())
-    manifest.update(changes)
-    (run / "manifest.json").write_text(json.dumps(manifest))
-
-
 def replace_by(path, what):
     """``path`` replaced by a link to /dev/zero (``what`` = "/dev/zero") or by a FIFO."""
     path.unlink()

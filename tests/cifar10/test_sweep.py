@@ -24,28 +24,13 @@ from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.sweep import attach_arrays, check_launcher, prepare, share_arrays
 
 from cifar10_helpers import (
-    CLI_TINY, TINY, _cli, _wait_for_epochs, alive, cli, edit_manifest, fails_in_one_line, one_line, reproducible,
+    CLI_TINY, TINY, _cli, _wait_for_epochs, alive, fails_in_one_line, reproducible,
     tiny_arrays, tiny_npz, write_npz,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
 npz = pytest.fixture(tiny_npz, scope="module", name="npz")
-
-
-# ----------------------------------------------------------------------------- hostile run files
-class TestHostileRunFiles:
-    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
-    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
-
-    def test_a_bogus_status_of_a_finished_run_is_one_line_naming_it_before_the_other_runs_train(self, finished, npz,
-                                                                                                 capsys):
-        """Issue 41 item 16: it was noticed after the other runs trained, as an exit 2 naming no file."""
-        out = finished.parents[1]
-        edit_manifest(finished, status="bogus")
-        err = one_line([*cli(out, npz, "--epochs", "1", "--seed", "0", "1"), "--resume"], capsys, "'bogus'")
-        assert str(finished / "manifest.json") in err, err
-        assert not (out / "step" / "seed1").exists()
 
 
 # ----------------------------------------------------------------------------- validated before anything starts
@@ -372,6 +357,18 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     monkeypatch.setattr(sweep, "train_on_node", stopped)
     r = sweep.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)
+
+
+def test_a_preempted_job_is_requeued_as_the_same_run_resuming(arrays, tmp_path):
+    """submitit calls ``checkpoint`` on preemption or a time limit: the job it requeues trains the same run, resuming
+    (the real requeue: tests/slurm)."""
+    from submitit.helpers import DelayedSubmission
+
+    run = sweep.prepare_run(TrainConfig(**TINY).validate(), tmp_path / "seed0", arrays)
+    again = sweep.RunJob(run).checkpoint()
+    assert isinstance(again, DelayedSubmission) and isinstance(again.function, sweep.RunJob)
+    requeued = again.function.run
+    assert (requeued.config, requeued.folder, requeued.resume, run.resume) == (run.config, run.folder, True, False)
 
 
 # ----------------------------------------------------------------------------- waiting for SLURM jobs

@@ -178,13 +178,6 @@ def test_the_grid_refuses_an_unregistered_plan(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_bogus_status_in_a_manifest_is_one_line_naming_it_before_the_data(tmp_path, capsys, loads):
-    """Issue 41 item 16, for the grid: a status the engine never writes."""
-    bogus = manifest_of(tmp_path / "out", status="bogus", config={"schedule": "step", "seed": 100})
-    refused(["--out", str(tmp_path / "out"), "--device", "cpu", "--resume"], capsys, str(bogus), "'bogus'")
-    assert not loads
-
-
 @pytest.mark.parametrize("record, words", [
     ("{not json", ("attempt.json", "unreadable", "restore it")),
     ('{"status": "diverged"}', ("attempt.json", "not a failed attempt's record")),

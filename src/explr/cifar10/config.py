@@ -1,12 +1,8 @@
-"""Every setting of a CIFAR-10 run, declared once, and what it resolves to: :class:`TrainConfig`, its command line,
-the schedule it plays, the machine it runs on and the named experiment plans.
-
-Each field of :class:`TrainConfig` carries its help, its rule (type and range), its group and whether it changes the
-trajectory (``dataclasses.field(metadata=...)``): the parser (:func:`add_config_arguments`), the validation
-(:meth:`TrainConfig.validate`), the settings a resume must agree on (:data:`TRAJECTORY_KEYS`, :data:`RESOLVED_KEYS`)
-and :func:`config_to_argv` all come from it.  :func:`played_schedule` builds the five schedules of
-:data:`SCHEDULES` (Li & Arora 2020, Sec. 5); :func:`resolved_settings` resolves device, precision and CPU threads on
-the machine that trains; :func:`experiment_plan` names the runs of the book's experiments.
+"""Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`: each field's help, rule, group and
+whether it changes the trajectory), and what comes from it: the command line (:func:`add_config_arguments`,
+:func:`config_to_argv`), the schedule played (:func:`played_schedule`, Li & Arora 2020, Sec. 5), the device,
+precision and threads resolved on the machine that trains (:func:`resolved_settings`) and the book's experiment
+plans (:func:`experiment_plan`).
 """
 from __future__ import annotations
 
@@ -29,17 +25,6 @@ from ..params import Choice, Flag, Float, Int, MAX_SEED, Numbers, Text
 from ..schedules import (
     CORRECTIONS, PlainSchedule, Schedule, alpha, check_milestones, cosine, step_decay, texp, texp_minus_minus,
 )
-
-__all__ = [
-    "BN_EPS_MAX", "COMPILE_MODES", "CommandLineParser", "EXPONENTIAL", "FOLDER", "JOBS", "LR_MAX", "LR_MIN",
-    "MAX_DEPTH", "MAX_DEVICE_INDEX", "MAX_EPOCHS", "MAX_JOBS", "MAX_THREADS", "PAPER_SCALE", "PRECISIONS",
-    "RESCALE_ABOVE_MAX", "RESOLVED_KEYS", "SCHEDULES", "SCHEDULE_BYTES_PER_STEP", "TRAJECTORY_KEYS", "TrainConfig",
-    "ablation_runs", "add_config_arguments", "argument_type", "available_cpus", "available_memory",
-    "check_lr_range", "check_schedule_memory", "config_to_argv", "configs_from_args", "default_decay_epochs",
-    "default_threads", "device_name", "experiment_plan", "lr_wd_limit", "main_runs", "milestones_at",
-    "paper_scale_milestones", "paper_scale_runs", "param_dtype", "played_schedule", "rescale_limit",
-    "resolve_device", "resolve_precision", "resolve_threads", "resolved_settings", "worker_gpus", "workers",
-]
 
 
 #: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.config`.
@@ -110,12 +95,8 @@ def lr_wd_limit(momentum: float) -> float:
 
 
 def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
-    """A field of :class:`TrainConfig` with everything the parser, the validation and resume need.
-
-    ``trajectory``: True if a resumed run must have the same value; ``"resolved"`` if it must have the
-    same *resolved* value (``auto`` resolved on this machine).  ``optional``: ``None`` is allowed
-    (meaning "automatic").  ``sweep``: the CLI takes several values and trains every combination.
-    """
+    """A field of :class:`TrainConfig`: ``trajectory`` True (a resume must agree) or ``"resolved"`` (must agree once
+    ``auto`` is resolved); ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
     return field(default=default, metadata={"help": help, "rule": rule, "group": group, "trajectory": trajectory,
                                             "optional": optional, "sweep": sweep})
 
@@ -123,13 +104,8 @@ def setting(default, help: str, rule, group: str, *, trajectory=False, optional=
 # ----------------------------------------------------------------------------- the configuration
 @dataclass
 class TrainConfig:
-    """Everything that defines a run; the CLI flag of a field is ``--`` + its name with ``-``.
-
-    ``decay_epochs=None`` means the step-decay milestones at 50 % and 75 % of ``epochs`` (100 and
-    150 of 200, the usual CIFAR recipe).  ``precision="auto"``: bf16 autocast on CUDA, float32
-    elsewhere.  ``device="auto"``: CUDA if available, else CPU.  ``threads=None``: from the CPUs this
-    process may use (:func:`explr.cifar10.config.default_threads`).
-    """
+    """Everything that defines a run; the CLI flag of a field is ``--`` + its name with ``-``, its help the flag's.
+    ``decay_epochs=None``: 50 % and 75 % of ``epochs``; ``threads=None``: from the CPUs this process may use."""
 
     schedule: str = setting(
         "step", "step = step decay + WD; texp = its exact exponential equivalent, no WD (with momentum corrections); "
@@ -391,11 +367,8 @@ def default_threads(device: torch.device, jobs: int = 1) -> int:
 
 
 def workers(jobs: int, runs: int, device: torch.device) -> int:
-    """The worker processes of a sweep of ``runs`` runs, ``jobs`` at a time: never more than the runs, and on the CPU
-    never more than :func:`available_cpus` (each worker trains with at least one thread of its own, and threads
-    beyond the CPUs only wait for one another: module docstring).  On a GPU, where a worker's CPU mostly waits for its
-    kernels, ``jobs`` is not capped by the CPUs.  The threads of each run come from ``jobs``
-    (:func:`default_threads`), not from this number, so that they do not depend on how many runs a sweep holds."""
+    """The worker processes of a sweep of ``runs`` runs, ``jobs`` at a time: at most the runs and, on the CPU, at
+    most :func:`available_cpus` (one thread each).  Each run's threads come from ``jobs`` (:func:`default_threads`)."""
     n = min(jobs, runs)
     return min(n, available_cpus()) if device.type == "cpu" else n
 
@@ -441,12 +414,8 @@ def device_name(device: torch.device) -> str:
 
 
 def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G.
-
-    ``visible`` is the parent's ``CUDA_VISIBLE_DEVICES`` (its entries are reused, so a parent limited
-    to GPUs 2,3 hands out 2 and 3); ``count`` the number of GPUs (``torch.cuda.device_count()``).
-    With no GPU every entry is ``None`` (nothing to set).
-    """
+    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G, of the parent's
+    ``visible`` ids if set (``count``: the GPUs, ``torch.cuda.device_count()``); ``None`` each with no GPU."""
     count = torch.cuda.device_count() if count is None else count
     if count < 1:
         return [None] * workers
@@ -473,13 +442,10 @@ SCHEDULE_BYTES_PER_STEP = 256
 
 
 def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
-    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config`` (module docstring), built and checked here:
-    the :class:`~explr.schedules.EquivalentSchedule` of an exponential schedule (log space, never overflows), or the
-    :class:`~explr.schedules.PlainSchedule` of ``step`` and ``cosine``.
-
-    Raises ``ValueError`` naming the flag for a schedule that does not fit in memory
-    (:func:`check_schedule_memory`) or an lr the optimizer would play below float32's normal range
-    (:func:`check_lr_range`)."""
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``: an exponential schedule's
+    :class:`~explr.schedules.EquivalentSchedule` (log space) or the :class:`~explr.schedules.PlainSchedule` of
+    ``step``/``cosine``; ``ValueError`` naming the flag if it does not fit in memory (:func:`check_schedule_memory`)
+    or plays an lr below float32's normal range (:func:`check_lr_range`)."""
     c = config
     E, S = c.epochs, steps_per_epoch
     check_schedule_memory(c, S)
@@ -554,22 +520,9 @@ def _seeds_of(seeds, schedule: str) -> list[int]:
     return list(seeds.get(schedule, ()) if isinstance(seeds, Mapping) else seeds)
 
 
-def main_runs(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], schedules=SCHEDULES,
-              **common) -> list[TrainConfig]:
-    """Every schedule × its seeds at the usual recipe; ``common``: any other :class:`TrainConfig` field."""
-    return [TrainConfig(schedule=s, seed=k, epochs=epochs, **common) for s in schedules for k in _seeds_of(seeds, s)]
-
-
 def ablation_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
     """TEXP without momentum corrections, one run per seed (pair it with main's TEXP of the same seed)."""
     return [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common) for k in seeds]
-
-
-def paper_scale_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
-    """Step Decay + WD and TEXP at :data:`PAPER_SCALE`, decays at :func:`paper_scale_milestones` (per seed)."""
-    decays = tuple(paper_scale_milestones(epochs))
-    return [TrainConfig(schedule=s, seed=k, epochs=epochs, decay_epochs=decays, **{**common, **PAPER_SCALE})
-            for k in seeds for s in ("step", "texp")]
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
@@ -580,13 +533,16 @@ def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[in
     (seeds: ``ablation_seeds``, default main's TEXP seeds); ``paper-scale`` if ``paper_scale`` (seeds:
     ``paper_seeds``, default the first of main's; ``paper_epochs``, default ``epochs``).  ``common``: any other
     :class:`TrainConfig` field, for every run (device, precision, data, depth, ...)."""
-    plan = {"main": main_runs(epochs, seeds, schedules, **common)}
+    plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
+                     for s in schedules for k in _seeds_of(seeds, s)]}
     texp_seeds = _seeds_of(seeds, "texp")
     if ablation and "texp" in schedules:
         plan["ablation-none"] = ablation_runs(epochs, texp_seeds if ablation_seeds is None else ablation_seeds,
                                               **common)
     if paper_scale:
         first = [c.seed for c in plan["main"]][:1]
-        plan["paper-scale"] = paper_scale_runs(epochs if paper_epochs is None else paper_epochs,
-                                               first if paper_seeds is None else paper_seeds, **common)
+        E = epochs if paper_epochs is None else paper_epochs  # Step Decay + WD and TEXP at PAPER_SCALE
+        decays = tuple(paper_scale_milestones(E))
+        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, epochs=E, decay_epochs=decays, **{**common, **PAPER_SCALE})
+                               for k in (first if paper_seeds is None else paper_seeds) for s in ("step", "texp")]
     return plan

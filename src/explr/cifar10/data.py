@@ -33,8 +33,6 @@ from ..params import is_int
 from .config import available_memory
 from .files import atomic_write, remove_stale_leftovers
 
-__all__ = ["CLASSES", "CifarArrays", "DataError", "DataIdentity", "arrays_sha256", "download_cifar10", "load_cifar10",
-           "load_image_folder", "load_npz", "make_synthetic", "read_cifar_batches"]
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -372,8 +370,8 @@ _COMPRESSIONS = ((b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f, mode="rb")), (
 
 
 def _tar_entries(path: Path, source: str, key: str):
-    """The entries of an archive (:func:`_folder_entries`), streamed member by member: only image members (regular,
-    at most :data:`MAX_IMAGE_BYTES`) are read, each decoded as it comes; refused if its sha256 is no longer ``key``."""
+    """The entries of an archive (as :func:`_folder_entries`), member by member: image members (regular, at most
+    :data:`MAX_IMAGE_BYTES`) decoded as they come; refused if the archive's sha256 is no longer ``key``."""
     entries, seen, top = [], {}, None
     with open(path, "rb") as f:
         magic = f.read(3)
@@ -497,9 +495,8 @@ def _write_cache(cache: Path, arrays: CifarArrays) -> None:
 
 def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
         -> CifarArrays:
-    """A tree ``train/<class>/*``, ``test/<class>/*`` of 32×32 RGB PNG/JPEG files (Pillow) or a ``.tar``/``.tar.gz``/
-    ``.tgz`` of one, decoded once and cached in ``<cache_dir>/image-folder-v<CACHE_VERSION>-<sha256>.npz`` (the
-    archive's sha256, or a folder's over its images' paths and bytes; ``cache_dir=None``: no cache)."""
+    """A tree ``train/<class>/*``, ``test/<class>/*`` of 32×32 RGB PNG/JPEG files (Pillow), or a tar of one, decoded
+    once and cached as ``<cache_dir>/image-folder-v<CACHE_VERSION>-<sha256>.npz`` (``cache_dir=None``: no cache)."""
     path = Path(path).expanduser()
     archive = path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
     if not (archive or path.is_dir()):

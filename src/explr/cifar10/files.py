@@ -20,14 +20,6 @@ import time
 from pathlib import Path
 
 
-__all__ = [
-    "DiskFull", "LOCK", "RECORDED", "RunError", "RunLock", "RunLocked", "RunState", "Status", "Terminated",
-    "atomic_write", "default_file_mode", "disk_full", "exit_code", "handle_signals", "lock_holder",
-    "locked_message", "pid_alive", "read_run_file", "remove_leftovers", "remove_stale_leftovers", "signal_name",
-    "write_file",
-]
-
-
 TMP_SUFFIX = ".tmp"
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters of mkstemp>.tmp``
 #: (earlier versions put ``@<8 hex digits>`` after the pid).
@@ -125,8 +117,8 @@ def write_file(path, write) -> None:
 
 
 def read_run_file(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of the run file ``path``; ``ValueError`` unless it is a regular file (checked on the open file,
-    which a FIFO does not block) of at most ``limit`` bytes."""
+    """The bytes of the run file ``path``; ``ValueError`` unless a regular file (checked on the open file, which a
+    FIFO does not block) of at most ``limit`` bytes."""
     with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -165,10 +157,8 @@ class Status(str, enum.Enum):
 
     @classmethod
     def from_exit_code(cls, code: int) -> "Status":
-        """The status a run's process said by exiting with ``code``: 0 FINISHED (finished, or stopped early as asked:
-        its manifest says which), 3 DIVERGED, 4 LOCKED, 5 FAILED, 6 DISK_FULL; 128 + a signal's number INTERRUPTED
-        (stopped from outside: :func:`explr.cifar10.files.exit_code`); any other code, or a negative one (what
-        ``multiprocessing`` reports for a process killed by a signal it did not catch), FAILED."""
+        """The status a run's process exited with: 0 FINISHED, 3 DIVERGED, 4 LOCKED, 5 FAILED, 6 DISK_FULL;
+        128 + a signal's number INTERRUPTED (:func:`exit_code`); any other code (negative: killed) FAILED."""
         if code == 0:
             return cls.FINISHED
         said = next((s for s in cls if s.exit_code == code), None)
@@ -178,9 +168,7 @@ class Status(str, enum.Enum):
 
 
 class RunState(enum.Enum):
-    """What :func:`~explr.cifar10.runfolder.check_run` found in a run folder: no run yet (NEW), a run to continue
-    from its checkpoint (RESUME), or a finished run (FINISHED).  Not a :class:`Status` (a folder's state before a
-    run starts, not how a run ended), nor a ``str``: it is compared with its members only."""
+    """What :func:`~explr.cifar10.runfolder.check_run` found in a run folder (not how a run ended)."""
 
     NEW = "new"
     RESUME = "resume"
@@ -201,7 +189,9 @@ class RunError(ValueError):
 
 
 class RunLocked(RunError):
-    """Another process holds the run folder's lock, or took the folder after it was checked."""
+    """An exclusive ``fcntl.flock`` on ``folder/.lock`` (created with its folder if missing) for the whole run,
+    the holder's pid in it; the kernel releases it however its process dies (a pid left unlocked: ``stale_pid``).
+    If it cannot be taken (:class:`RunLocked`, :class:`DiskFull`, a linked ``.lock``), nothing it created is left."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -336,9 +326,8 @@ def locked_message(folder: Path, pid: int | None) -> str:
 # ----------------------------------------------------------------------------- signals
 @contextlib.contextmanager
 def handle_signals():
-    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM, SIGHUP or SIGUSR2 (:data:`TERMINATING`) :class:`Terminated`,
-    once: later signals are ignored, so that the interrupted run can record its status.  Main thread only;
-    restores the handlers.  (A submitit job does not use it: submitit's own SIGUSR2 handler requeues the job.)"""
+    """SIGINT raises ``KeyboardInterrupt``, SIGTERM, SIGHUP or SIGUSR2 :class:`Terminated`, once (later ones are
+    ignored while the run records its status); main thread only; restores the handlers."""
     fired = []
 
     def handler(signum, frame):

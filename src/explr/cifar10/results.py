@@ -1,14 +1,7 @@
-"""The committed results of chapter 6, also where the repository is not around (Colab, a pip install), and the runs
-of one experiment in a results tree (:func:`experiment_runs`).
-
-A clone has ``results/`` next to ``book/``.  A notebook opened in Colab has only the ``explr`` that
-its install cell pip-installed from ``git+<repository>@v<version>``; pip records that URL and revision
-in the package's ``direct_url.json`` (PEP 610).  :func:`committed_results` returns the folder as is when
-it exists, and otherwise downloads the repository archive at that revision once, extracts the metrics,
-manifests and READMEs of its ``results/`` into a cache folder and returns the folder there.
-
-A results tree holds one folder per experiment of a plan (:mod:`explr.cifar10.config`: ``<tree>/<name>/``), or, like
-``results/cifar10-subset``, only the main comparison at its top (``<tree>/<schedule>/seed<seed>/``).
+"""Chapter 6's committed results (:func:`committed_results`: ``results/`` of a clone, or, where only a pip install
+is around, e.g. Colab, its ``results/`` from the repository archive at the revision pip recorded, PEP 610) and the
+runs of one experiment in a results tree (:func:`experiment_runs`: ``<tree>/<name>/``, or the main comparison at
+the top, ``<tree>/<schedule>/seed<seed>/``).
 """
 from __future__ import annotations
 
@@ -25,7 +18,6 @@ from pathlib import Path, PurePosixPath
 
 from .runfolder import load_runs
 
-__all__ = ["committed_results", "experiment_runs", "release_archive_url"]
 
 RESULT_SUFFIXES = (".json", ".jsonl", ".md")
 

@@ -35,9 +35,6 @@ from .runfolder import (
     record_epoch, serialize_checkpoint, write_manifest, write_metrics,
 )
 
-__all__ = ["DeviceData", "EXPLODED", "EpochPlan", "EpochState", "PreparedRun", "RunResult", "SWEEP_GOES_ON", "Trainer",
-           "TrainingDiverged", "prepare_run", "train_prepared", "train_run"]
-
 
 # ----------------------------------------------------------------------------- on-device sampler
 @dataclass(frozen=True)
@@ -290,8 +287,8 @@ class Trainer:
         )
 
     def describe(self) -> dict:
-        """What this trainer resolved: device, precision, steps, milestones, CPU threads, the schedule's lr range
-        (``None`` beyond float64; ``log_max`` its ln) and the data's normalisation."""
+        """What this trainer resolved: device, precision, steps, milestones, threads, the schedule's lr range
+    (``None`` beyond float64) and the data's normalisation."""
         c, S, log_lr = self.config, self.steps_per_epoch, self.schedule.log_lr
         return {
             "device": str(self.device), "precision": self.precision, "steps_per_epoch": S,
@@ -315,9 +312,8 @@ class Trainer:
 # ----------------------------------------------------------------------------- one run in its folder
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: its ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings
-    (:data:`~explr.cifar10.config.RESOLVED_KEYS`), the identity of its ``data``, the ``schedule`` it plays, what
-    ``check`` found in its folder and the folder's files as they were checked (``seen``)."""
+    """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
+    identity, the ``schedule`` it plays, what ``check`` found in its folder and the files as checked (``seen``)."""
 
     config: TrainConfig
     folder: Path
@@ -352,7 +348,7 @@ class PreparedRun:
             return self
         _check_playable(self.config, self.schedule, resolved, _describe(self.config))
         seen = folder_files(self.folder)
-        check = check_run(self.config, self.folder, self.data, self.resume, resolved, schedule=self.schedule)
+        check = check_run(self.config, self.folder, self.data, self.resume, resolved)
         return dataclasses.replace(self, resolved=resolved, check=check, seen=seen)
 
     def confirmed(self) -> PreparedRun:
@@ -361,8 +357,7 @@ class PreparedRun:
         now = folder_files(self.folder)
         if now == self.seen:
             return self
-        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True,
-                          schedule=self.schedule)
+        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True)
         return dataclasses.replace(self, check=check, seen=now)
 
 
@@ -389,7 +384,7 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     where = _describe(config)
     schedule = _built_schedule(config, data, where)
     seen = folder_files(folder)  # before the check: a change during it is seen under the lock
-    check = check_run(config, folder, data, resume, resolved, schedule=schedule)  # a resume's other settings first
+    check = check_run(config, folder, data, resume, resolved)  # a resume's other settings first
     _check_playable(config, schedule, resolved, where)
     return PreparedRun(config, folder, resume, resolved, data, schedule, check, seen)
 
@@ -472,11 +467,10 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` on ``arrays`` (the data it was prepared with; loaded here if ``None``): the trainer
-    is built first, then the run's lock taken, a killed writer's temporary files removed and the folder checked again
-    if it changed (:meth:`PreparedRun.confirmed`).  ``stop_after=k`` stops after epoch k ("interrupted"); ``model``:
-    see :class:`Trainer`.  Divergence (:class:`TrainingDiverged`), a signal (``KeyboardInterrupt``) and a full disk
-    (:class:`DiskFull`) keep the last epoch's checkpoint and record the status in the manifest."""
+    """Train the prepared ``run`` on ``arrays`` (its data; loaded if ``None``): the trainer built, then the lock
+    taken, a killed writer's temporary files removed, the folder checked again if it changed.  ``stop_after=k``:
+    stop after epoch k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal and a full disk keep
+    the last epoch's checkpoint and record the status in the manifest."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
@@ -503,8 +497,8 @@ def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a deleted metrics.jsonl, or one a kill left short (``check_run``
-    refused any other difference), is rewritten from it."""
+    """A finished run as its checkpoint holds it; a metrics.jsonl that differs (deleted, left short by a kill, edited)
+    is rewritten from it."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:

@@ -23,22 +23,14 @@ from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, h
 from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
 from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
 
-__all__ = [
-    "RunJob", "attach_arrays", "check_before_data", "check_gpus", "check_launcher", "check_slurm", "prepare",
-    "run_many", "run_plan", "share_arrays", "submit", "train_on_node",
-]
-
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False, here: bool = True) -> list[dict]:
-    """The checks of :func:`prepare` that need no data, made before it is loaded (or downloaded): ``jobs``
-    (``explr.cifar10.config.JOBS``), every config's settings, one folder per run, the device, that folders can
-    be created in ``out``, and every run folder that exists (:func:`~explr.cifar10.runfolder.check_folder`: a file
-    where a folder goes, its lock, a run there without ``resume``, its manifest; with ``skip_locked`` a folder that
-    a live process holds is left to :func:`prepare`).  Returns each config's resolved settings
-    (:func:`~explr.cifar10.config.resolved_settings` for ``jobs`` at a time; with ``here=False`` the runs train
-    elsewhere, which resolves them: the device is not checked here).  Creates nothing."""
+    """The checks of :func:`prepare` that need no data (made before it is loaded): ``jobs``, every config, one
+    folder per run, the device, that ``out`` is writable, every existing run folder
+    (:func:`~explr.cifar10.runfolder.check_folder`; with ``skip_locked`` a held one is left to :func:`prepare`).
+    Returns each config's resolved settings (``here=False``: left to the node that trains).  Creates nothing."""
     if not configs:
         raise ValueError("no runs: give at least one --schedule and --seed")
     if not JOBS.ok(jobs):
@@ -61,15 +53,10 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
-    """Check every run of the sweep (module docstring); returns ``(arrays, runs, notes)``.  Creates nothing.
-
-    ``arrays``: the data already in memory (else every config's ``data`` is loaded, once per source, with a
-    decoding bar if ``progress``, and the largest batch checked against its size before anything is cached).
-    ``runs``: per config, its :class:`~explr.cifar10.runs.PreparedRun` (built and checked once: what its folder
-    holds is its ``state``); with ``skip_locked``, a run that a live process holds gets its :class:`RunLocked` error
-    there instead of raising it.  ``notes`` are lines worth showing (stale locks).  ``here=False``: the runs train on
-    another machine, which resolves device, precision and threads (:func:`check_before_data`).
-    """
+    """Check every run of the sweep; returns ``(arrays, runs, notes)`` and creates nothing.  ``arrays``: the data
+    in memory (else loaded once, the largest batch checked first); ``runs``: each config's
+    :class:`~explr.cifar10.runs.PreparedRun` (with ``skip_locked``, the :class:`RunLocked` of a run a live process
+    holds); ``notes``: lines to show (stale locks); ``here=False``: see :func:`check_before_data`."""
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
@@ -93,19 +80,13 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
 def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """Train every config into ``run_dir(out, schedule, seed)``; ``jobs > 1`` trains up to that many at once.
+    """Train every config into ``run_dir(out, schedule, seed)``, up to ``jobs`` at once, all checked first
+    (:func:`~explr.cifar10.sweep.prepare`); one :class:`~explr.cifar10.runs.RunResult` per run, in order.
 
-    Everything is checked first (:func:`~explr.cifar10.sweep.prepare`).  A diverged run is reported and the
-    others go on, and so is a run whose folder another process took after the check (status "locked");
-    ``KeyboardInterrupt`` (SIGINT, or :class:`~explr.cifar10.files.Terminated` for SIGTERM under
-    :func:`~explr.cifar10.files.handle_signals`) stops the sweep after the running runs recorded it.
-    Returns one :class:`~explr.cifar10.runs.RunResult` per run, in order.
-
-    ``deadline`` (a ``time.time()``): then the runs still training are stopped (SIGTERM: they record
-    "interrupted" and keep the checkpoint of their last epoch, ``resume=True`` continues them) and no further
-    run starts (those stay "not started").  ``log_file``: each run's output goes to that file in its folder
-    instead of this process's.  Either trains every run in a worker process, also with ``jobs=1``.
-    """
+    A diverged run, or one whose folder another process took meanwhile ("locked"), is reported and the others go
+    on; SIGINT or SIGTERM stops the sweep once the running runs recorded it.  At ``deadline`` (a ``time.time()``)
+    the running runs are stopped ("interrupted", resumable) and the rest stay "not started"; ``log_file``: each
+    run's output goes to that file in its folder.  Either trains every run in a worker process."""
     arrays, runs = _prepare(configs, out, arrays, resume, jobs, progress)
     return _train_all(runs, arrays, jobs, progress, deadline, log_file)
 
@@ -113,10 +94,8 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """:func:`run_many` of a plan (:mod:`explr.cifar10.config`): experiment ``name``'s runs train into
-    ``<out>/<name>/``, every experiment checked (:func:`~explr.cifar10.sweep.prepare`, the data loaded once)
-    before any run starts, and all trained in one pool of ``jobs`` processes.  Returns one
-    :class:`~explr.cifar10.runs.RunResult` per run, in plan order."""
+    """:func:`run_many` of a plan (:func:`~explr.cifar10.config.experiment_plan`): experiment ``name``'s runs
+    into ``<out>/<name>/``, all checked (the data loaded once) before one pool of ``jobs`` trains them."""
     runs = []
     for name, group in plan.items():
         arrays, prepared = _prepare(group, Path(out) / name, arrays, resume, jobs, progress)
@@ -125,8 +104,7 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
 
 
 def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays, list[PreparedRun]]:
-    """:func:`~explr.cifar10.sweep.prepare` the runs into ``out``, showing its notes; returns the data and the
-    prepared runs."""
+    """:func:`prepare`, its notes shown; returns the data and the prepared runs."""
     arrays, runs, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
     for note in notes:
         print(note, file=sys.stderr)
@@ -134,10 +112,8 @@ def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays,
 
 
 def _train_all(runs: list[PreparedRun], arrays, jobs, progress, deadline, log_file) -> list[RunResult]:
-    """Train the prepared runs: here, one after the other, or in a pool of worker processes
-    (:func:`~explr.cifar10.config.workers`: no more than the runs, nor on the CPU than the CPUs).  Every run's
-    threads are those of ``jobs`` runs at a time, as :func:`~explr.cifar10.sweep.prepare` resolved them, however
-    many runs the sweep holds: a run trained alone resumes in a larger sweep with the same ``jobs``."""
+    """Train the prepared runs here, one after another, or in a pool of :func:`~explr.cifar10.config.workers`;
+    each run's threads are those of ``jobs`` runs at a time, however many runs the sweep holds."""
     if not runs:
         return []
     devices = [torch.device(run.resolved["device"]) for run in runs]
@@ -257,10 +233,8 @@ _POOL_SAYS = {Status.LOCKED: "{folder} was taken by another process meanwhile; s
 
 
 def _pool_result(folder, code: int | None) -> RunResult:
-    """The result of the run a worker trained into ``folder``: as its folder tells it, unless the worker's exit
-    ``code`` says LOCKED, DISK_FULL or FAILED and the folder says otherwise (another process's run, a manifest the
-    full disk kept from being written, a worker that died before recording anything).  ``code`` is ``None`` for a
-    worker that never started or that the pool stopped itself."""
+    """The result of the run a worker trained into ``folder``, as its folder tells it, unless the exit ``code``
+    says LOCKED, DISK_FULL or FAILED and the folder does not; ``code`` ``None``: never started, or stopped."""
     r = _folder_result(folder)
     said = None if code is None else Status.from_exit_code(code)
     if said in _POOL_SAYS and said is not r.status:
@@ -273,11 +247,8 @@ _ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 def share_arrays(arrays: CifarArrays):
-    """Copy the four arrays into one shared-memory block: ``(shm, handle)`` for :func:`attach_arrays`.
-
-    ``(None, None)`` when ``/dev/shm`` has no room (a container's default is 64 MB): workers then load
-    the data themselves.
-    """
+    """The four arrays copied into one shared-memory block: ``(shm, handle)`` for :func:`attach_arrays`, or
+    ``(None, None)`` when ``/dev/shm`` has no room (workers then load the data themselves)."""
     from multiprocessing import shared_memory
 
     parts = [np.ascontiguousarray(getattr(arrays, k)) for k in _ARRAYS]
@@ -311,10 +282,8 @@ def attach_arrays(handle: dict):
 def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
                    wait: bool = True, timeout_min: int | None = None) -> None:
-    """Refuse, in one ``ValueError`` line, options that the chosen launcher would silently ignore.
-
-    ``cluster`` and ``timeout_min`` are ``None`` where they were not given (submitit's run with slurm and
-    60 minutes then); given with ``launcher="local"``, like ``partition`` or ``wait=False``, they are refused."""
+    """Refuse, in one ``ValueError`` line, options the chosen launcher would ignore (``cluster`` and
+    ``timeout_min`` are ``None`` where not given)."""
     if launcher == "submitit":
         if jobs != 1:
             raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, "
@@ -382,11 +351,8 @@ def _slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run) ->
 
 
 def check_slurm(flags: list[str]) -> None:
-    """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted).
-
-    A missing ``sbatch``, an unknown partition or account, GPUs or CPUs the cluster does not have, or an
-    unreachable controller is one ``ValueError`` line.
-    """
+    """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted); no
+    ``sbatch``, an unknown partition or account, or resources the cluster lacks is one ``ValueError`` line."""
     if not shutil.which("sbatch"):
         raise ValueError("--cluster slurm: there is no sbatch on this machine (not a SLURM cluster?); "
                          "--cluster local runs the jobs here")
@@ -405,19 +371,12 @@ def check_slurm(flags: list[str]) -> None:
 def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
            folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
            account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
-    """Check the sweep (:func:`prepare`, all but what depends on the node: each job resolves its device, precision
-    and threads itself), then submit each run as one job of a submitit job array.
-
-    ``cluster``: ``"slurm"`` or ``"local"`` (submitit's local executor: subprocesses of this machine).  On
-    SLURM the request (partition, account, GPUs, CPUs, time) is checked first (:func:`check_slurm`).
-    ``folder``: submitit's logs and pickles (default ``<out>/.submitit``; files ``<job id>_...``).
-    With ``resume``, finished runs are skipped and runs held by a live process (a job still running) are
-    reported "locked"; neither is submitted.  ``wait=True`` waits for every job and returns one
-    :class:`~explr.cifar10.runs.RunResult` per run; otherwise returns at once, with the ``job_id`` of each run
-    submitted (status "submitted"; ``None`` for a run not submitted).  SIGINT
-    or SIGTERM while waiting cancels the jobs of ``cluster="local"`` (they end with this process);
-    SLURM jobs keep running.
-    """
+    """Check the sweep (:func:`prepare`, but for what the node resolves), then submit each run as one job of a
+    submitit job array (``cluster``: ``"slurm"``, or ``"local"``: subprocesses here; on SLURM the request is
+    checked first, :func:`check_slurm`).  ``folder``: submitit's files (default ``<out>/.submitit``).  With
+    ``resume``, finished runs and runs a live process holds ("locked") are not submitted.  ``wait=True`` returns
+    one :class:`~explr.cifar10.runs.RunResult` per run when every job ended, else at once with each ``job_id``
+    (status "submitted").  SIGINT or SIGTERM while waiting cancels local jobs; SLURM jobs keep running."""
     try:
         import submitit
     except ImportError:
@@ -465,10 +424,8 @@ def _skipped(folder: str, run) -> RunResult | None:
 
 
 def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
-    """{index: result} of every job, when all have ended: when it wrote its result, or when submitit's
-    ``job.done()`` sees it ended without one (SLURM's state from ``sacct``: CANCELLED, NODE_FAIL, ...; a job that
-    failed or died is status "failed").  Where ``sacct`` does not answer (no accounting), the wait ends with the
-    result files only, as one line says."""
+    """{index: result} of every job once all ended: it wrote its result, or ``job.done()`` (``sacct``'s state)
+    sees it ended without one (status "failed"); without ``sacct`` only the result files end the wait."""
     pending, results = dict(jobs), {}
     sees_deaths = not pending or cluster == "local" or _sacct_answers(next(iter(pending.values())).job_id)
     try:
@@ -492,8 +449,7 @@ def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
 
 
 def _sacct_answers(job_id: str) -> bool:
-    """Whether SLURM's accounting answers for ``job_id`` (``sacct``, which submitit asks for a job's state); if
-    not, says in one line that a job killed before its result is not seen."""
+    """Whether SLURM's accounting (``sacct``) answers for ``job_id``; if not, one line says what is not seen."""
     try:
         r = subprocess.run(["sacct", "-n", "-X", "-j", job_id], capture_output=True, text=True, timeout=60)
         why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
