@@ -7,7 +7,8 @@
 
 The plan (:data:`explr.book.registration.PLAN_V4_PATH`) names the arms (schedule, momentum corrections), the seeds,
 the recipe (``config``) and, from v4, what its runs must resolve to (``resolved``: bf16 on a CUDA device; the
-grid refuses to start where ``--device`` resolves to another type, since such runs would not be judged).  Each round trains every arm of ``--seeds-at-once`` seeds (the first round seeds
+grid refuses to start where ``--device`` resolves to another type, since such runs would not be judged).  Each round
+trains every arm of ``--seeds-at-once`` seeds (the first round seeds
 ``seeds[0:k]``, then the next k, ...) and the next round starts only when each of its runs finished or was
 declared missing, so a grid stopped anywhere holds whole runs of closed seeds, plus at most one round of runs that
 ``--resume`` finishes.  A run never stops early on purpose (no deadline); a round in which a run did not finish
@@ -19,7 +20,8 @@ Failed runs (the plan's ``missing_runs`` rule, written once in :mod:`explr.book.
 :func:`~explr.book.judging.failure`, :func:`~explr.book.judging.declared_missing`).  A run that diverged (the
 engine's status "diverged": a non-finite or exploding loss), whose worker failed (status "failed": the pool saw it
 exit with another code) or whose process died without recording its end (its manifest still says "running" and no
-process holds its lock: a crash, a lost machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a stopped grid left so, when ``--resume``
+process holds its lock: a crash, a lost machine, SIGKILL) is a failed attempt.  After its round (or, for a folder a
+stopped grid left so, when ``--resume``
 starts) its run folder is moved, whole (one rename), to
 ``<out>/failed/<experiment>/<schedule>/seed<k>/attempt<N>/`` with ``attempt.json`` (``{"status", "message"}``,
 written atomically into the folder before it is moved, so that a grid killed in between records it again, once);

@@ -1,4 +1,5 @@
-"""explr.cifar10.config: every setting declared once (parser, validation, resume keys), the schedule a config plays, the machine it resolves to (CPUs, memory, one GPU per worker) and the named plans."""
+"""explr.cifar10.config: every setting declared once (parser, validation, resume keys), the schedule a config plays,
+the machine it resolves to (CPUs, memory, one GPU per worker) and the named plans."""
 import argparse
 import dataclasses
 

@@ -1,4 +1,5 @@
-"""explr.cifar10.data: every source of --data: CIFAR-10's python batches (the md5 gate before anything is unpickled), the download, .npz headers, image-folder trees and their archives, decoded once and cached by sha256."""
+"""explr.cifar10.data: every source of --data: CIFAR-10's python batches (the md5 gate before anything is
+unpickled), the download, .npz headers, image-folder trees and their archives, decoded once and cached by sha256."""
 import errno
 import functools
 import hashlib

@@ -1,4 +1,5 @@
-"""explr.cifar10.files: atomic writes, a run folder's lock (one writer at a time), the signals that end a run and one vocabulary of statuses and exit codes."""
+"""explr.cifar10.files: atomic writes, a run folder's lock (one writer at a time), the signals that end a run and
+one vocabulary of statuses and exit codes."""
 import errno
 import os
 import signal

@@ -1,4 +1,5 @@
-"""explr.cifar10.runfolder: a run folder's files (checkpoint, metrics, manifest: written, read and refused), where a run lives, load_runs and every check before a folder is used."""
+"""explr.cifar10.runfolder: a run folder's files (checkpoint, metrics, manifest: written, read and refused), where a
+run lives, load_runs and every check before a folder is used."""
 import hashlib
 import json
 import math

@@ -1,4 +1,6 @@
-"""explr.cifar10.runs: the device sampler (crops, flips, reproducible epoch plans) and the Trainer's hot loop on tiny generated data (PreResNet8, 192 images, batch 32); one run prepared once and trained into its folder -- a writer killed around a checkpoint, a full disk, a stale lock, the schedule built once."""
+"""explr.cifar10.runs: the device sampler (crops, flips, reproducible epoch plans) and the Trainer's hot loop on
+tiny generated data (PreResNet8, 192 images, batch 32); one run prepared once and trained into its folder -- a
+writer killed around a checkpoint, a full disk, a stale lock, the schedule built once."""
 import errno
 import json
 import math

@@ -1,4 +1,5 @@
-"""explr.cifar10.sweep: every run checked before any starts, many runs in worker processes (the data through shared memory) and as submitit jobs (the local executor here; tests/slurm/ on a real SLURM cluster)."""
+"""explr.cifar10.sweep: every run checked before any starts, many runs in worker processes (the data through shared
+memory) and as submitit jobs (the local executor here; tests/slurm/ on a real SLURM cluster)."""
 import json
 import os
 import re

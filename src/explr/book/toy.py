@@ -70,7 +70,8 @@ def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=to
 
 
 def loss_grad(w, x, y, bn, wd):
-    """Analytic ∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²), for stacked models: w (K, S, m), x (S, B, m), y (S, B).
+    """Analytic ∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²), for stacked models: w (K, S, m), x (S, B, m), y
+    (S, B).
 
     ``bn`` and ``wd`` broadcast against (K, S, 1): a bool tensor (population BN or not) and the weight
     decay of each model.  Formula in the module docstring.  Cost: two einsums over (K, S, B, m).

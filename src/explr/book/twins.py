@@ -176,7 +176,8 @@ def _network(build_model, precision: str, reference: torch.Tensor | None):
 
 
 def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
-    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (docs/maths-notes.md, "The exact-twin test"):
+    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (docs/maths-notes.md,
+    "The exact-twin test"):
     e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
     the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic.  Also ``delta``, the control
     run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_estimate` takes with them."""

@@ -374,7 +374,8 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
 def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train on ``data`` into ``folder``?  Raises :class:`RunError` (module docstring); writes
-    nothing.  ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock check)."""
+    nothing.  ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock
+    check)."""
     folder = Path(folder)
     place = check_folder(folder, resume, holding_lock)
     if place is None:

@@ -335,7 +335,8 @@ class PreparedRun:
         return self.check.note
 
     def check_data(self, arrays: CifarArrays) -> None:
-        """:class:`RunError` unless ``arrays`` are the data this run was prepared with (a worker that loaded its own)."""
+        """:class:`RunError` unless ``arrays`` are the data this run was prepared with (a worker that loaded its
+        own)."""
         if arrays.sha256 != self.data.sha256:
             raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
                            f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
