@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from explr.book.twins import (PAIRS, RUNS, TwinSettings, departure_estimate, near_estimate, pair_schedules,
-                              roundoff_estimate, run_unit, summarise, unit_estimate, unit_near_estimate,
-                              unit_roundoff)
+                              roundoff_estimate, run_unit, summarise, unit_roundoff)
 from explr.models import PreResNet
 from explr.schedules import alpha
 
@@ -59,7 +58,9 @@ def test_the_twin_without_corrections_departs_as_predicted(step64):
     uniform): asserted within a factor 3.  With F_k from 0.04 to 0.3 that is ~1e-3 to 4e-2, and B_k < 1e-12: from
     the first epoch's end on the margin is asserted > 1e6."""
     dev, bound = np.array(step64["deviation"]["uncorrected"]), unit_roundoff(step64)
-    ratio = dev[-1] / unit_estimate(step64, vars(SETTINGS))[-1]
+    s = SETTINGS
+    ratio = dev[-1] / departure_estimate(step64["steps"], step64["function_change"], step64["nudge"], s.lr, s.wd,
+                                         s.momentum)[-1]
     assert 1 / 3 < ratio < 3, f"uncorrected twin / its estimate = {ratio:.3g}"
     later = np.array(step64["steps"]) >= SETTINGS.steps_per_epoch
     assert (dev[later] / bound[later]).min() > 1e6
@@ -107,7 +108,8 @@ def test_the_near_twin_departs_far_above_the_round_off_estimate(rescaled):
     assert row["rescalings"] >= 3 and row["exact_over_roundoff"] <= 1
     assert row["near_over_roundoff"] > 100 and row["near_departs_at"] is not None
     assert row["near_estimate_ratio"] > 0.3, row["near_estimate_ratio"]
-    estimate = unit_near_estimate(rescaled, vars(RESCALED))
+    estimate = near_estimate(rescaled["steps"], rescaled["function_change"], RESCALED.near, RESCALED.lr, RESCALED.wd,
+                             RESCALED.momentum)
     assert estimate[-1] > 100 * unit_roundoff(rescaled)[-1]  # the a-priori scale separates too
 
 

@@ -1,14 +1,8 @@
-"""How a chapter asserts its claims, and how it shows what it measured.
+"""How a chapter asserts its claims (:class:`Checks`) and shows what it measured (:func:`shown`).
 
-:class:`Checks` gives each claim one visible line (✓, or SKIPPED with what the claim needs), raises an
-``AssertionError`` naming the claim when it fails, and ends the chapter with what the ✓ lines do not say:
-how many claims were held to each kind of tolerance, and why that kind (:meth:`Checks.table`).
-
-**The round-off rule** (:func:`shown`): a deviation checked against a tolerance of at most :data:`EXACTNESS` = 1e-6
-is shown as a bound, ``measured < B`` with B = 10^⌊log10(tolerance / 10)⌋, so that a committed output reads the same
-on every machine; any other value with three significant digits.  :func:`count`, :func:`most` and
-:func:`seed_rule` bound what a chapter's parameters may ask for: at most ⌊:data:`MEMORY` / bytes_each⌋ units.
-Why: docs/maths-notes.md, "The round-off rule".
+The round-off rule: a deviation checked against a tolerance ≤ :data:`EXACTNESS` is shown as ``< B``, B =
+10^⌊log10(tolerance / 10)⌋, so that a committed output reads the same on every machine.  :func:`count`,
+:func:`most` and :func:`seed_rule` bound a chapter's parameters.  Why: docs/maths-notes.md, "The round-off rule".
 """
 from __future__ import annotations
 
@@ -22,8 +16,7 @@ __all__ = ["Checks", "EXACTNESS", "MEMORY", "bound", "count", "held", "most", "s
 #: the largest tolerance of a claim of exactness up to round-off (float64 eps is 2.2e-16; float32's 1.2e-7)
 EXACTNESS = 1e-6
 
-#: the memory a chapter's arrays may take: 4 GiB, a third of a free Colab session's 12.7 GiB and half of an
-#: 8 GiB laptop's, leaving the rest to the kernel, torch and the figures.
+#: the memory a chapter's arrays may take: a third of a free Colab session's 12.7 GiB, half of an 8 GiB laptop's
 MEMORY = 4 * 2**30
 
 
@@ -36,45 +29,43 @@ def _bytes(n: float) -> str:
 
 
 def most(bytes_each: float, share: int = 1) -> int:
-    """The largest count of units, ``bytes_each`` bytes of arrays each, that fits in a ``share``-th of
-    :data:`MEMORY` (where several parts of a chapter hold their arrays at once): ⌊MEMORY / (share · bytes_each)⌋."""
+    """The most units of ``bytes_each`` bytes that fit in a ``share``-th of :data:`MEMORY`: ⌊MEMORY / (share ·
+    bytes_each)⌋."""
     if not bytes_each > 0:
         raise ValueError(f"bytes_each = {bytes_each!r}: must be a number > 0")
     return int(MEMORY // (share * bytes_each))
 
 
 def held(what: str, bytes_each: float, share: int = 1, note: str = "") -> str:
-    """Why :func:`most` bounds a count, as a rule's note: ``note`` (words on the range, if any), then
-    " (what: 64 KiB each, at most 4 GiB in all)"."""
+    """Why :func:`most` bounds a count, as a rule's note: " (note; what: 64 KiB each, at most 4 GiB in all)"."""
     part = f", 1/{share} of {_bytes(MEMORY)}" if share > 1 else ""
     reason = f"{what}: {_bytes(bytes_each)} each, at most {_bytes(MEMORY / share)} in all{part}"
     return f" ({note}; {reason})" if note else f" ({reason})"
 
 
 def count(minimum: int, what: str, bytes_each: float, share: int = 1, note: str = "") -> Int:
-    """The rule of a count from ``minimum`` whose units (``what``) each hold ``bytes_each`` bytes of arrays, in
-    a ``share``-th of the memory: at most :func:`most`, and a refusal says why (:func:`held`)."""
+    """The rule of a count from ``minimum`` of units (``what``) of ``bytes_each`` bytes: at most :func:`most`."""
     return Int(minimum, maximum=most(bytes_each, share), note=held(what, bytes_each, share, note))
 
 
 def seed_rule(used: int = 1) -> Int:
-    """The rule of a chapter's ``seed`` when seeds ``seed`` ... ``seed + used - 1`` go to ``torch.manual_seed``:
-    an integer in [0, MAX_SEED - used + 1] (:data:`explr.params.MAX_SEED`)."""
+    """The rule of a ``seed`` when ``seed`` ... ``seed + used - 1`` go to ``torch.manual_seed``: [0, MAX_SEED - used +
+    1]."""
     note = " (what torch.manual_seed takes" + (f", up to seed + {used - 1})" if used > 1 else ")")
     return Int(0, maximum=MAX_SEED - (used - 1), note=note)
 
 
 def bound(tolerance: float) -> float:
-    """The power of ten below which a deviation checked against ``tolerance`` is shown only as ``< bound``;
-    0 (no bound) for a tolerance above :data:`EXACTNESS`."""
+    """10^⌊log10(tolerance / 10)⌋, below which a deviation is shown as ``< bound``; 0 for a tolerance above
+    :data:`EXACTNESS`."""
     if not 0 < tolerance <= EXACTNESS:
         return 0.0
     return 10.0 ** math.floor(math.log10(tolerance / 10) + 1e-9)
 
 
 def shown(value, tolerance=None) -> str:
-    """``value`` as a check line shows it: "< 1e-10" for a deviation under :func:`bound` of its tolerance
-    (the module docstring), a float at three significant digits, anything else as ``str``."""
+    """``value`` as a check line shows it: "< 1e-10" under :func:`bound` of its tolerance, else a float at three
+    significant digits, anything else as ``str``."""
     if not is_real_type(type(value)):
         return str(value)
     if is_real(tolerance) and 0 <= value < bound(tolerance):
@@ -84,14 +75,9 @@ def shown(value, tolerance=None) -> str:
 
 @dataclass
 class Checks:
-    """The claims a chapter asserts, each with one visible line, and the table of what was checked.
-
-    ``checks.claim("TEXP ≡ Step Decay", deviation < 1e-9, measured=deviation, tolerance=1e-9)`` prints
-    "✓ TEXP ≡ Step Decay: measured < 1e-10, tolerance 1e-09" (a deviation at round-off, :func:`shown`) or
-    raises ``AssertionError`` with that line and ✗.  ``checks.skip(claim, needs)`` prints
-    "SKIPPED (not asserted): claim; needs …" for a claim whose regime the parameters do not reach.
-    :meth:`table` is the chapter's closing "What was checked": the claims by kind of tolerance, and why.
-    """
+    """A chapter's claims: :meth:`claim` prints "✓ claim: measured …, tolerance …" or raises ``AssertionError``
+    with ✗ and every digit; :meth:`skip` prints "SKIPPED (not asserted): claim; needs …"; :meth:`table` closes the
+    chapter with the claims by kind of tolerance, and why."""
 
     rows: list = field(default_factory=list)
 
@@ -117,9 +103,8 @@ class Checks:
         return [text for status, text, *_ in self.rows if status == "skipped"]
 
     def markdown(self) -> str:
-        """The claims by the kind of tolerance they were held to, as a markdown table: how many of each kind,
-        and why such a tolerance (the ✓ lines above give each claim's value and tolerance; the skipped claims
-        are named with what they need)."""
+        """A markdown table of the claims by :data:`KINDS`: how many of each kind (the skipped ones by name), and
+        why such a tolerance."""
         kinds = {kind: [] for kind in KINDS}
         for status, text, measured, limit in self.rows:
             kinds[_kind(status, measured, limit)].append(f"{text} ({limit})" if status == "skipped" else text)
@@ -151,9 +136,7 @@ KINDS = {
 
 
 def _kind(status: str, measured: str, tolerance: str) -> str:
-    """The kind of a row of :class:`Checks` (:data:`KINDS`), from its status and its values as shown: exact when
-    its tolerance is at most :data:`EXACTNESS` and its value below it (a change that must exceed a tiny
-    threshold is not)."""
+    """A row's kind: exact when its tolerance is ≤ :data:`EXACTNESS` and its value below it."""
     if status == "skipped":
         return "skipped"
     if not tolerance:

@@ -1,9 +1,5 @@
-"""A real, small image dataset that runs in seconds on a CPU: scikit-learn's 8×8 handwritten digits.
-
-1,797 images (UCI "optdigits" test set, shipped with scikit-learn, no download), 10 classes.  The
-chapters use it wherever a claim is about a real network on real data but the run must be exact
-(float64) or fast.
-"""
+"""scikit-learn's 8×8 handwritten digits (1,797 images, 10 classes, no download): real data for runs that must be
+exact (float64) or take seconds on a CPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,11 +38,8 @@ def load_digits(dtype=torch.float64, test_fraction: float = 0.25, seed: int = 0)
 
 
 def batch_schedule(n_examples: int, batch_size: int, steps: int, seed: int = 0) -> torch.Tensor:
-    """(steps, batch_size) example indices: reshuffled each epoch, drop-last, reproducible from ``seed``.
-
-    Two runs that must be compared step by step (a run and its exponential-LR twin) take their
-    batches from the same schedule.
-    """
+    """(steps, batch_size) example indices, reshuffled each epoch, drop-last, from ``seed``: the batches that two
+    runs compared step by step share."""
     if not 1 <= batch_size <= n_examples:
         raise ValueError(f"batch_size must be in [1, {n_examples}]; got {batch_size!r}")
     if steps < 1:

@@ -1,8 +1,5 @@
-"""Fits and levels of recorded time series, shaped (time, seeds): per-seed results for chapters 4 and 5.
-
-:func:`loglog_slope` (orders of convergence, chapter 5), :func:`returning_level`, :func:`longest_stretch_at_or_below`
-and :func:`first_time_above` (chapter 4, the BN + WD counterexample's statistics).
-"""
+"""Fits and levels of recorded time series shaped (time, seeds), per seed: slopes (chapter 5) and the BN + WD
+counterexample's statistics (chapter 4)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,11 +17,7 @@ def _time_series(name, values):
 
 
 def loglog_slope(x, y) -> float:
-    """Least-squares slope p of ln y = p ln x + c: the exponent of a power law y ∝ x^p.
-
-    ``x`` and ``y``: positive arrays of one shape with at least 2 points.  An order-p method's global
-    error against the step size, for instance, has slope p.
-    """
+    """Least-squares slope p of ln y = p ln x + c (y ∝ x^p), ``x`` and ``y`` positive, of one shape, >= 2 points."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.size < 2 or not (x > 0).all() or not (y > 0).all():
         raise ValueError("x and y must be positive arrays of the same shape with at least 2 points")
@@ -32,13 +25,8 @@ def loglog_slope(x, y) -> float:
 
 
 def returning_level(values, window: int) -> np.ndarray:
-    """The largest level that ``values`` exceeds (or reaches) in *every* ``window`` consecutive steps, per seed:
-
-        min over t of max(values[t : t + window]),      ``values`` (time, seeds) → (seeds,).
-
-    A series that converges has a returning level that falls to its limit as the run goes on; one that
-    keeps fluctuating (Li & Arora's Thm 3.1 for BN + WD) keeps a returning level bounded away from 0.
-    """
+    """min_t max(values[t : t + window]) per seed: the largest level reached in *every* ``window`` consecutive steps
+    (bounded away from 0 for a series that keeps fluctuating, Li & Arora's Thm 3.1)."""
     values = _time_series("values", values)
     if not (is_int(window) and 1 <= window <= values.shape[0]):
         raise ValueError(f"window must be an integer in [1, {values.shape[0]}] (the recorded steps); got {window!r}")
@@ -47,10 +35,7 @@ def returning_level(values, window: int) -> np.ndarray:
 
 
 def longest_stretch_at_or_below(values, level) -> np.ndarray:
-    """The longest run of consecutive steps with ``values`` <= ``level``, per seed (int array of shape (seeds,)).
-
-    ``values`` (time, seeds); ``level`` a number or an array that broadcasts against (seeds,).
-    """
+    """The longest run of consecutive steps with ``values`` <= ``level`` (broadcast against (seeds,)), per seed."""
     below = _time_series("values", values) <= level
     best = np.zeros(below.shape[1], dtype=int)
     run = np.zeros(below.shape[1], dtype=int)
@@ -61,11 +46,6 @@ def longest_stretch_at_or_below(values, level) -> np.ndarray:
 
 
 def first_time_above(values, level) -> np.ndarray:
-    """The first index t with ``values[t]`` > ``level``, per seed; −1 where the series never exceeds it.
-
-    ``values`` (time, seeds); ``level`` a number or an array that broadcasts against (seeds,).  With
-    ``values`` an error and ``level`` = ε/π this is the first exit time from the ε-cone of Li & Arora's
-    Thm 3.1.
-    """
+    """The first t with ``values[t]`` > ``level`` per seed, −1 if never (the exit time from Thm 3.1's ε-cone)."""
     above = _time_series("values", values) > level
     return np.where(above.any(axis=0), above.argmax(axis=0), -1)

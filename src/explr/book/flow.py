@@ -1,15 +1,11 @@
 """Gradient flow, modified flows with counter terms, and how far gradient descent is from them.
 
-Gradient descent θ_{k+1} = θ_k − η∇L(θ_k) solves, up to O(η³), the modified equation (backward error analysis:
-Hairer, Lubich & Wanner, *Geometric Numerical Integration*, Sec. IX.1; f₂ is derived in chapter 5)
+GD θ_{k+1} = θ_k − η∇L(θ_k) solves, up to O(η³), the modified equation (Hairer, Lubich & Wanner, *Geometric
+Numerical Integration*, Sec. IX.1; f₁: Barrett & Dherin 2021; f₂: chapter 5)
 
     θ̇ = g + η f₁ + η² f₂,   g = −∇L,   f₁ = −½ H∇L,   f₂ = −(1/12) D³L[∇L, ∇L] − (1/3) H²∇L,
 
-f₁ the counter term of implicit gradient regularisation (Barrett & Dherin 2021).  :func:`discretisation_error`
-measures the global error O(η^{p+1}) left by truncating after η^p f_p.  Everything works on the flat parameter
-vector (:class:`FlatProblem`) with exact autograd derivatives (no Hessian formed), integrated by
-``scipy.integrate.solve_ivp`` (DOP853) in float64.  :func:`reparametrised_time`: GF with weight decay λ is GF in
-the time τ(t) = (e^{2λt} − 1)/(2λ) (Li & Arora 2020, Sec. 4).  More: docs/maths-notes.md, "Flows".
+on the flat parameter vector (:class:`FlatProblem`, autograd, no Hessian formed).  More: docs/maths-notes.md, "Flows".
 """
 from __future__ import annotations
 
@@ -21,29 +17,13 @@ from torch import nn
 
 from ..invariance import step_angle, trainable_parameters
 
-__all__ = [
-    "FlatProblem",
-    "FlowResult",
-    "integrate_flow",
-    "gradient_descent",
-    "GDComparison",
-    "discretisation_error",
-    "reparametrised_time",
-    "angular_updates",
-    "smooth_activations",
-    "CompositeBatchNorm1d",
-    "composite_batchnorm",
-]
+__all__ = ["FlatProblem", "FlowResult", "integrate_flow", "gradient_descent", "GDComparison", "discretisation_error",
+           "reparametrised_time", "angular_updates", "smooth_activations", "CompositeBatchNorm1d", "composite_batchnorm"]
 
 
 def smooth_activations(model: nn.Module, activation=nn.Tanh) -> nn.Module:
-    """Replace every ``nn.ReLU`` of ``model`` by ``activation()``, in place; returns the model.
-
-    Backward error analysis needs a smooth loss: with ReLU, ∇L jumps whenever a pre-activation of
-    some example crosses 0, the modified equations lose their meaning and an adaptive ODE solver
-    has to creep across every kink.  Normalisation layers stay in front of the activations, so scale
-    invariance is unaffected.
-    """
+    """Replace every ``nn.ReLU`` of ``model`` by ``activation()`` in place (backward error analysis needs a smooth
+    loss); returns the model."""
     for name, child in model.named_children():
         if isinstance(child, nn.ReLU):
             setattr(model, name, activation())
@@ -53,16 +33,9 @@ def smooth_activations(model: nn.Module, activation=nn.Tanh) -> nn.Module:
 
 
 class CompositeBatchNorm1d(nn.Module):
-    """Batch normalisation with batch statistics, written with elementary tensor operations.
-
-    y = (x − mean_B x) / √(var_B x + ε) · weight + bias, the biased batch variance as in
-    ``nn.BatchNorm1d``'s training mode.  Same function as ``nn.BatchNorm1d(track_running_stats=False)``,
-    but differentiable to any order: PyTorch's fused ``batch_norm`` in training mode refuses third
-    derivatives under ``torch.autograd`` ("batch_norm does not support 3rd+ order derivatives"), and
-    under ``torch.func.grad`` nested three times it silently returns a wrong D³L (25 % off a finite
-    difference in our check, torch 2.14; the saved batch statistics are treated as constants,
-    pytorch/pytorch#186256).
-    """
+    """y = (x − mean_B x) / √(var_B x + ε) · weight + bias: ``nn.BatchNorm1d(track_running_stats=False)`` in
+    elementary operations, differentiable to any order (torch's fused ``batch_norm`` refuses third derivatives, and
+    under nested ``torch.func.grad`` returns a wrong D³L: pytorch/pytorch#186256)."""
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
         super().__init__()
@@ -79,14 +52,9 @@ class CompositeBatchNorm1d(nn.Module):
 
 
 def composite_batchnorm(model: nn.Module) -> nn.Module:
-    """Replace every ``nn.BatchNorm1d`` of ``model`` by a :class:`CompositeBatchNorm1d` sharing its
-    affine parameters, in place; returns the model.
-
-    Only for batch statistics: raises ValueError for a BN layer that tracks running statistics
-    (its eval mode would differ).  Needed for :meth:`FlatProblem.third` and the second-order flow.
-    Call it *after* :func:`explr.invariance.make_scale_invariant`, which recognises only PyTorch's
-    normalisation layers when it freezes their affine parameters.
-    """
+    """Replace every ``nn.BatchNorm1d`` (batch statistics only) of ``model`` by a :class:`CompositeBatchNorm1d`
+    sharing its affine parameters, in place; returns the model.  Call it after
+    :func:`explr.invariance.make_scale_invariant`, which recognises only torch's layers."""
     for name, child in model.named_children():
         if isinstance(child, nn.BatchNorm1d):
             if child.track_running_stats:
@@ -98,23 +66,10 @@ def composite_batchnorm(model: nn.Module) -> nn.Module:
     return model
 
 
-def _grad_or_zero(output, inputs, grad_outputs):
-    """Vector-Jacobian product; zero where ``output`` does not depend on ``inputs`` (e.g. D³L of a quadratic)."""
-    if not output.requires_grad:
-        return torch.zeros_like(inputs)
-    return torch.autograd.grad(output, inputs, grad_outputs=grad_outputs, allow_unused=True,
-                               materialize_grads=True)[0]
-
-
 class FlatProblem:
-    """R(θ) = L(θ) + (wd/2)‖θ‖² of ``model`` on one fixed batch, as a function of a flat vector θ.
-
-    θ is the concatenation of the trainable parameters (``requires_grad``) in ``named_parameters``
-    order; frozen parameters and buffers keep their current values.  The model is evaluated with
-    ``torch.func.functional_call`` in whatever mode it is in (train mode: batch statistics), so a
-    scale-invariant network (:func:`explr.invariance.make_scale_invariant`) gives a scale-invariant
-    L.  All derivatives are of R, i.e. include the weight decay.
-    """
+    """R(θ) = L(θ) + (wd/2)‖θ‖² of ``model`` on one fixed batch, θ the trainable parameters flattened in
+    ``named_parameters`` order (frozen ones and buffers fixed), evaluated by ``torch.func.functional_call`` in the
+    model's current mode."""
 
     def __init__(self, model: nn.Module, loss_fn, inputs, targets, wd: float = 0.0):
         if not wd >= 0:
@@ -140,9 +95,6 @@ class FlatProblem:
             i += size
         return out
 
-    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {n: t.view(s) for n, t, s in zip(self.names, torch.split(theta, self.sizes), self.shapes)}
-
     def _as_tensor(self, theta) -> torch.Tensor:
         theta = torch.as_tensor(theta, dtype=self.dtype)
         if theta.shape != (self.n,):
@@ -150,7 +102,8 @@ class FlatProblem:
         return theta
 
     def _loss(self, theta: torch.Tensor) -> torch.Tensor:
-        out = torch.func.functional_call(self.model, {**self.fixed, **self.unflatten(theta)}, (self.inputs,))
+        split = {n: t.view(s) for n, t, s in zip(self.names, torch.split(theta, self.sizes), self.shapes)}
+        out = torch.func.functional_call(self.model, {**self.fixed, **split}, (self.inputs,))
         loss = self.loss_fn(out, self.targets)
         if self.wd:
             loss = loss + 0.5 * self.wd * theta.square().sum()
@@ -178,15 +131,13 @@ class FlatProblem:
         v = self._as_tensor(v).detach()
         g = torch.autograd.grad(self._loss(theta), theta, create_graph=True)[0]
         hv = torch.autograd.grad(g, theta, grad_outputs=v, create_graph=True)[0]
-        return _grad_or_zero(hv, theta, v)
+        if not hv.requires_grad:  # D³R = 0 (a quadratic R)
+            return torch.zeros_like(theta)
+        return torch.autograd.grad(hv, theta, grad_outputs=v, allow_unused=True, materialize_grads=True)[0]
 
     def vector_field(self, theta, lr: float = 0.0, order: int = 0) -> torch.Tensor:
-        """Right-hand side of the modified equation of GD with step ``lr``, truncated after η^order.
-
-        order 0: −∇R (gradient flow);  order 1: −∇R − (η/2) H∇R;
-        order 2: −∇R − (η/2) H∇R − η² [(1/12) D³R[∇R, ∇R] + (1/3) H²∇R].
-        One forward pass; the Hessian terms share its double-backward graph.
-        """
+        """The modified equation of GD with step ``lr`` truncated after η^order: −∇R (order 0), − (η/2) H∇R (1),
+        − η² [(1/12) D³R[∇R, ∇R] + (1/3) H²∇R] (2), on one forward pass."""
         if order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2; got {order!r}")
         if order and not lr > 0:
@@ -200,8 +151,7 @@ class FlatProblem:
         hv = torch.autograd.grad(g, theta, grad_outputs=v, create_graph=order == 2, retain_graph=order == 2)[0]
         field = -v - 0.5 * lr * hv.detach()
         if order == 2:
-            # (1/12) D³R[v, v] + (1/3) H²v = ∇_θ[(1/12) vᵀ(Hv) + (1/3) gᵀ(Hv)] with v and Hv held fixed:
-            # one backward pass through both graphs (the two terms separately cost a fifth more)
+            # (1/12) D³R[v, v] + (1/3) H²v = ∇_θ[(1/12) vᵀ(Hv) + (1/3) gᵀ(Hv)], v and Hv fixed: one backward pass
             if hv.requires_grad:
                 terms = torch.autograd.grad((hv, g), theta, grad_outputs=(v / 12.0, hv.detach() / 3.0))[0]
             else:  # D³R = 0 (a quadratic R): only H²v is left
@@ -217,20 +167,12 @@ class FlowResult:
     t: np.ndarray
     theta: np.ndarray
     nfev: int
-    lr: float
-    order: int
-    wd: float
 
 
 def integrate_flow(problem: FlatProblem, theta0, t_eval, lr: float = 0.0, order: int = 0,
                    method: str = "DOP853", rtol: float = 1e-11, atol: float = 1e-13) -> FlowResult:
-    """Integrate θ̇ = ``problem.vector_field(θ, lr, order)`` from θ(0) = ``theta0`` to max(t_eval).
-
-    order 0 is the gradient flow of R = L + (wd/2)‖θ‖² (with the problem's weight decay); orders
-    1 and 2 add the counter terms of GD with step ``lr`` (see the module docstring).  The default
-    DOP853 at rtol 1e-11 makes the solver's own error far smaller than the discretisation errors
-    the book measures.  Raises RuntimeError if the solver fails.
-    """
+    """θ̇ = ``problem.vector_field(θ, lr, order)`` from θ(0) = ``theta0``, by ``scipy.integrate.solve_ivp`` in
+    float64 (DOP853 at rtol 1e-11: far below the errors the book measures); RuntimeError if the solver fails."""
     from scipy.integrate import solve_ivp
 
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=np.float64))
@@ -246,12 +188,12 @@ def integrate_flow(problem: FlatProblem, theta0, t_eval, lr: float = 0.0, order:
 
     t_end = float(t_eval[-1])
     if t_end == 0:
-        return FlowResult(t_eval, np.tile(theta0.numpy(), (t_eval.size, 1)), 0, lr, order, problem.wd)
+        return FlowResult(t_eval, np.tile(theta0.numpy(), (t_eval.size, 1)), 0)
     sol = solve_ivp(rhs, (0.0, t_end), theta0.numpy().astype(np.float64), method=method, t_eval=t_eval,
                     rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"solve_ivp failed: {sol.message}")
-    return FlowResult(sol.t, sol.y.T.copy(), sol.nfev, lr, order, problem.wd)
+    return FlowResult(sol.t, sol.y.T.copy(), sol.nfev)
 
 
 def gradient_descent(problem: FlatProblem, theta0, lr: float, steps: int, record_every: int = 1) -> np.ndarray:
@@ -271,47 +213,33 @@ def gradient_descent(problem: FlatProblem, theta0, lr: float, steps: int, record
 
 @dataclass(frozen=True)
 class GDComparison:
-    """GD with step ``lr`` next to flows started at the same θ₀, on the grid t_k = kη.
-
-    gd : (steps+1, n) the iterates θ_k;  flows : order → (steps+1, n) θ_flow(t_k);
-    errors : order → (steps+1,) ‖θ_k − θ_flow(t_k)‖ / ‖θ₀‖;  nfev : order → solver evaluations.
-    """
+    """GD's iterates ``gd`` (steps+1, n) at t_k = kη, each order's flow ``flows[p]`` there, and ``errors[p]`` =
+    ‖θ_k − θ_flow(t_k)‖ / ‖θ₀‖."""
 
     lr: float
     t: np.ndarray
     gd: np.ndarray
     flows: dict
     errors: dict
-    nfev: dict
 
 
 def discretisation_error(problem: FlatProblem, theta0, lr: float, steps: int, orders=(0, 1, 2),
                          **solver) -> GDComparison:
-    """Global error between ``steps`` GD steps of size ``lr`` and each flow of ``orders`` at t = kη.
-
-    Order p (the modified equation truncated after η^p f_p; 0 = gradient flow) has global error
-    O(η^{p+1}) at a fixed time T = kη (local error O(η^{p+2}) per step, accumulated over T/η steps;
-    Hairer, Lubich & Wanner, Sec. IX.1).  ``solver``: keyword arguments of :func:`integrate_flow`.
-    """
+    """``steps`` GD steps of size ``lr`` against each flow of ``orders`` at t = kη: order p's global error is
+    O(η^{p+1}) (Hairer, Lubich & Wanner, Sec. IX.1).  ``solver``: keywords of :func:`integrate_flow`."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps!r}")
     gd = gradient_descent(problem, theta0, lr, steps)
     t = lr * np.arange(steps + 1)
     scale = float(np.linalg.norm(gd[0]))
-    flows, errors, nfev = {}, {}, {}
-    for p in orders:
-        res = integrate_flow(problem, theta0, t, lr, p, **solver)
-        flows[p], nfev[p] = res.theta, res.nfev
-        errors[p] = np.linalg.norm(gd - res.theta, axis=1) / scale
-    return GDComparison(lr, t, gd, flows, errors, nfev)
+    flows = {p: integrate_flow(problem, theta0, t, lr, p, **solver).theta for p in orders}
+    errors = {p: np.linalg.norm(gd - flow, axis=1) / scale for p, flow in flows.items()}
+    return GDComparison(lr, t, gd, flows, errors)
 
 
 def reparametrised_time(t, wd: float):
-    """τ(t) = (e^{2λt} − 1)/(2λ) (τ = t for λ = 0).
-
-    For scale-invariant L the solution of θ̇ = −∇L(θ) − λθ is θ(t) = e^{−λt} φ(τ(t)), where φ solves
-    the plain gradient flow φ̇ = −∇L(φ) from φ(0) = θ(0) (book, chapter 5; cf. Li & Arora 2020 Sec. 4).
-    """
+    """τ(t) = (e^{2λt} − 1)/(2λ) (τ = t for λ = 0): on a scale-invariant L, GF with weight decay λ is θ(t) =
+    e^{−λt} φ(τ(t)), φ the plain GF (chapter 5; Li & Arora 2020, Sec. 4)."""
     if not wd >= 0:
         raise ValueError(f"wd must be >= 0; got {wd!r}")
     t = np.asarray(t, dtype=np.float64)
@@ -320,12 +248,8 @@ def reparametrised_time(t, wd: float):
 
 def angular_updates(model: nn.Module, loss_fn, batches, lr: float, wd: float, momentum: float = 0.0,
                     groups: dict[str, list[str]] | None = None) -> dict[str, np.ndarray]:
-    """Train ``model`` in place with ``torch.optim.SGD(lr, momentum, weight_decay=wd)`` and record, per
-    step, the angle (radians) between θ_k and θ_{k+1} of each parameter group.
-
-    ``groups``: name → list of parameter names (default: each trainable parameter alone, plus
-    ``"all"`` for all of them jointly).  Returns name → array of len(batches) angles.
-    """
+    """Train ``model`` in place with ``torch.optim.SGD(lr, momentum, weight_decay=wd)``; per step, the angle between
+    θ_k and θ_{k+1} of each group of ``groups`` (name → parameter names; default each parameter, and "all")."""
     if not lr > 0 or not wd >= 0 or not 0 <= momentum < 1:
         raise ValueError(f"need lr > 0, wd >= 0, 0 <= momentum < 1; got {lr!r}, {wd!r}, {momentum!r}")
     named = dict(trainable_parameters(model))

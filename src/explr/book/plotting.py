@@ -1,11 +1,5 @@
-"""Shared figure style: one colour per schedule across all chapters, vector figures legible at the column width.
-
-The book's text column is about 700 px wide at a 1280 px window.  :func:`setup` makes every figure an SVG
-(text kept as text, so it stays sharp and small) of at most :data:`FIGURE_WIDTH` inches, at which 9-point
-text is about 12 px on the page; dense or noisy curves should pass ``rasterized=True`` (embedded at 200 dpi)
-to keep notebooks small.  Two panels a row at most: a wider figure is shrunk to the column, and its text
-with it.
-"""
+"""The book's figure style: one colour per schedule, SVG figures at most :data:`FIGURE_WIDTH` inches wide (the ~700
+px text column; dense curves pass ``rasterized=True``), two panels a row at most."""
 from __future__ import annotations
 
 __all__ = ["COLORS", "FIGURE_WIDTH", "setup"]

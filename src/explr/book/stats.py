@@ -1,20 +1,15 @@
-"""Chapter 6's statistics outside the registered judging path (:mod:`explr.book.judging`): the power analysis
-that sizes a plan's grid, the pilot's spread, the grid's progress and its cost.
+"""Chapter 6's statistics beside the registered judging (:mod:`explr.book.judging`): the power analysis that sizes a
+plan's grid, the pilot's spread, the grid's progress and its cost.
 
-**Power.** :func:`power` simulates the whole family under the plan's rule, the probability that each primary
-claim is supported (v3 on: and all of them at once, with same-seed correlation), with n seeds per arm, arm means
-and one sd per run.  v3 on, the rule is :func:`explr.book.verdicts.decide`; v1, v2 (superseded, they judge no
-run): for a claim "a vs b", Welch's (1947) interval and two-sided test of Δ = ā − b̄ with s² = s_a²/m + s_b²/n
-and ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1)), and TOST against ±δ (Schuirmann 1987), p = max(P(T ≥ (Δ+δ)/s),
-P(T ≤ (Δ−δ)/s)), T ~ t_ν; equivalence checked first, Holm (1979) over the family (:func:`welch` shows one claim).
-:func:`pooled_sd` gives the pilot's spread and its upper confidence limit.
-
-**Grid and cost.** :func:`count_by_arm`, :func:`complete_seeds` (the grid's ``--resume``); :func:`throughput` of
-committed runs from their manifests, :func:`grid_cost` of a plan's grid.
+The rule of v1, v2 plans (superseded, they judge no run; v3 on: :func:`explr.book.verdicts.decide`): per claim
+"a vs b", Welch's (1947) test of Δ = ā − b̄, s² = s_a²/m + s_b²/n, ν = s⁴ / ((s_a²/m)²/(m−1) + (s_b²/n)²/(n−1)),
+and TOST against ±δ (Schuirmann 1987), p = max(P(T ≥ (Δ+δ)/s), P(T ≤ (Δ−δ)/s)), T ~ t_ν; equivalence checked
+first, Holm (1979) over the family.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,11 +27,10 @@ __all__ = ["TRAIN_IMAGES", "Welch", "PooledSD", "welch", "pooled_sd", "power", "
 TRAIN_IMAGES = 50_000
 
 
-# ----------------------------------------------------------------------------- the runs: summaries and their tests
 @dataclass(frozen=True)
 class Welch:
-    """Welch statistics of a − b (module docstring): Δ, its standard error, ν, the 95 % interval, two p-values.
-    Floats from :func:`welch`; arrays over draws inside :func:`power` (there without ``ci95``)."""
+    """Welch statistics of a − b: Δ, its standard error, ν, the 95 % interval, two p-values (arrays over draws
+    inside :func:`power`, there without ``ci95``)."""
 
     difference: float
     stderr: float
@@ -47,8 +41,7 @@ class Welch:
 
 
 def _welch(a: np.ndarray, b: np.ndarray, margin: float) -> Welch:
-    """:class:`Welch` of the last axes of ``a`` (..., m) and ``b`` (..., n), m, n >= 2 (module docstring), without
-    its interval (:func:`_floats` adds it to one claim's)."""
+    """:class:`Welch` of the last axes of ``a`` (..., m) and ``b`` (..., n), m, n >= 2, without its interval."""
     from scipy.special import stdtr  # the t distribution's cdf
 
     m, n = a.shape[-1], b.shape[-1]
@@ -66,16 +59,12 @@ def _welch(a: np.ndarray, b: np.ndarray, margin: float) -> Welch:
 
 def welch(a, b, margin: float) -> Welch:
     """Welch's interval, two-sided test and TOST for the means of ``a`` and ``b`` (each >= 2 values)."""
+    from scipy.special import stdtrit  # the t distribution's quantile
+
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.ndim != 1 or b.ndim != 1 or len(a) < 2 or len(b) < 2:
         raise ValueError(f"welch needs 1-d arrays of >= 2 values per arm; got shapes {a.shape} and {b.shape}")
-    return _floats(_welch(a, b, margin))
-
-
-def _floats(w: Welch) -> Welch:
-    """One claim's :class:`Welch` of :func:`_welch` as floats, with its 95 % interval."""
-    from scipy.special import stdtrit  # the t distribution's quantile
-
+    w = _welch(a, b, margin)
     d, se = float(w.difference), float(w.stderr)
     half = float(stdtrit(w.dof, 0.975)) * se if se > 0 else 0.0
     return Welch(d, se, float(w.dof), (d - half, d + half), float(w.p_difference), float(w.p_equivalence))
@@ -117,7 +106,6 @@ def _verdicts(plan: AnalysisPlan, claims, finals: dict) -> list[tuple]:
     return out
 
 
-# ----------------------------------------------------------------------------- the power analysis
 @dataclass(frozen=True)
 class PooledSD:
     """The pooled within-arm sd of a pilot, its degrees of freedom and its one-sided upper confidence limit."""
@@ -146,13 +134,10 @@ def pooled_sd(summaries: dict, confidence: float = 0.8) -> PooledSD:
 
 def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20_000, seed: int = 0,
           rho: float | None = None) -> dict:
-    """Claim id → the probability that its verdict supports its hypothesis, for each primary claim with one, when
-    every arm has ``n`` seeds with final accuracies ~ N(``means[arm]``, ``sd``²), all drawn at once and judged
-    by the plan's rule (v1, v2: Welch's tests and Holm's family; v3 on: :func:`explr.book.verdicts.decide`),
-    and for v3 also ``"joint"``: the probability that every primary claim is supported at once.  v3 pairs the
-    seeds: the runs of one seed correlate by ``rho`` (default 0), each value sd (√rho Z_seed + √(1 − rho) Z_run).
-    Monte Carlo over ``draws`` grids, seeded by (``seed``, n): the same numbers on every run, and a standard error
-    <= 0.5/sqrt(draws)."""
+    """Claim id → P(its verdict supports its hypothesis) under the plan's rule, for each primary claim with one, when
+    every arm has ``n`` seeds with finals ~ N(``means[arm]``, ``sd``²); v3 on also ``"joint"`` (all at once), the
+    runs of a seed correlated by ``rho``: sd (√rho Z_seed + √(1 − rho) Z_run).  Monte Carlo over ``draws`` grids
+    seeded by (``seed``, n): standard error <= 0.5/sqrt(draws)."""
     if not (is_int(n) and n >= 2):
         raise ValueError(f"n must be an integer >= 2 (seeds per arm); got {n!r}")
     if not (is_real(sd) and sd > 0 and is_int(draws) and draws >= 1):
@@ -181,25 +166,20 @@ def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20
             "joint": float(supported.all(axis=0).mean())}
 
 
-# ----------------------------------------------------------------------------- the grid's progress and its cost
 def count_by_arm(runs) -> dict[str, int]:
     """Arm (:func:`arm_of`) → number of runs, arms in sorted order."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[arm_of(run)] = counts.get(arm_of(run), 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(arm_of(run) for run in runs).items()))
 
 
 def complete_seeds(plan: AnalysisPlan, runs) -> list[int]:
-    """The plan's seeds for which every arm of the plan has a finished run among ``runs`` trained with the plan's
-    recipe (:func:`explr.book.judging.same_recipe`): a balanced grid."""
+    """The plan's seeds for which every arm has a finished run in the plan's grid among ``runs``: a balanced grid."""
     done = {(arm_of(r), r["seed"]) for r in runs if _rule.finished(r.get("manifest")) and in_grid(plan, r)}
     return [k for k in plan.seeds if all((arm, k) in done for arm in plan.arms)]
 
 
 def throughput(runs) -> float:
     """Image-epochs per second of runs that shared one machine: Σ ``epochs_done`` × :data:`TRAIN_IMAGES` over the
-    union of their [``started``, ``updated``] intervals (manifests; evaluation and start-up included)."""
+    union of their manifests' [``started``, ``updated``] intervals."""
     spans = sorted((parse_utc(r["manifest"]["started"], "started"), parse_utc(r["manifest"]["updated"], "updated"))
                    for r in runs)
     if not spans:

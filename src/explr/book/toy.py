@@ -1,16 +1,9 @@
-"""The toy model of Li & Arora's Section 3: BN and WD each converge, together they do not.
+"""The toy model of Li & Arora's Section 3 (Thm 3.1): BN and WD each converge, together they do not.
 
-Inputs x ~ N(0, I_m), m ≥ 3, labels y = sign(x_1), logistic loss ℓ(z) = ln(1 + e^{−z}) of the margin y f(x), plain
-SGD with step η on fresh batches of B, for three models of one w ∈ R^m (:data:`MODELS`): ``"wd"`` f = wᵀx with weight
-decay λ; ``"bn"`` f = wᵀx/‖w‖ (population BN), no weight decay; ``"bn+wd"`` both.  With u = w/‖w‖ and
-s_b = −σ(−y_b f(x_b)) y_b / B, one step is
-
-    WD: ∇ = Σ_b s_b x_b + λ w;   BN: ∇ = (I − u uᵀ) Σ_b s_b x_b / ‖w‖ (+ λ w);   w ← w − η ∇.
-
-:func:`simulate` runs all seeds and models as one batch of tensors (common random numbers).  The error of a linear
-classifier is ∠(w, e_1)/π (:func:`training_error`); Thm 3.1's window is :func:`theorem_W1` + :func:`theorem_W2`;
-the BN models' expected loss is E_z[ln(1 + e^z)] − u_1/√(2π) (:func:`population_grad`).  The derivations:
-docs/maths-notes.md, "The toy model".
+x ~ N(0, I_m), m ≥ 3, y = sign(x_1), logistic loss of the margin y f(x), SGD with step η on fresh batches of B,
+for f = wᵀx with weight decay λ ("wd"), f = wᵀx/‖w‖ (population BN, "bn") and both ("bn+wd").  With u = w/‖w‖ and
+s_b = −σ(−y_b f(x_b)) y_b / B:  WD: ∇ = Σ_b s_b x_b + λ w;  BN: ∇ = (I − u uᵀ) Σ_b s_b x_b / ‖w‖ (+ λ w).
+The derivations: docs/maths-notes.md, "The toy model".
 """
 from __future__ import annotations
 
@@ -23,26 +16,13 @@ import torch
 from ..invariance import step_angle
 from ..params import MAX_SEED, Float, Int, checked
 
-__all__ = [
-    "MODELS",
-    "ToyRun",
-    "sample_batch",
-    "loss_grad",
-    "population_grad",
-    "simulate",
-    "angle_to_e1",
-    "training_error",
-    "theorem_W1",
-    "theorem_W2",
-    "WindowCheck",
-    "check_window_claim",
-]
+__all__ = ["MODELS", "ToyRun", "sample_batch", "loss_grad", "population_grad", "simulate", "training_error",
+           "theorem_W1", "theorem_W2", "WindowCheck", "check_window_claim"]
 
 #: The three models of Sec. 3, by name: (uses population BN, uses weight decay).
 MODELS = {"wd": (False, True), "bn": (True, False), "bn+wd": (True, True)}
 
 
-# ----------------------------------------------------------------------------- validation
 def _count(name, value, minimum=1) -> int:
     return int(checked(name, value, Int(minimum)))
 
@@ -51,15 +31,6 @@ def _positive(name, value) -> float:
     return float(checked(name, value, Float(0)))
 
 
-def _check_models(models):
-    models = tuple(models)
-    bad = [m for m in models if m not in MODELS]
-    if not models or bad:
-        raise ValueError(f"models must be a non-empty subset of {tuple(MODELS)}; got {models!r}")
-    return models
-
-
-# ----------------------------------------------------------------------------- data and loss
 def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=torch.float64):
     """A fresh mini-batch per seed: x of shape (seeds, B, m) with x ~ N(0, I_m), y = sign(x_1) of shape (seeds, B)."""
     seeds = _count("seeds", seeds)
@@ -70,12 +41,8 @@ def sample_batch(seeds: int, batch_size: int, dim: int, generator=None, dtype=to
 
 
 def loss_grad(w, x, y, bn, wd):
-    """Analytic ∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²), for stacked models: w (K, S, m), x (S, B, m), y
-    (S, B).
-
-    ``bn`` and ``wd`` broadcast against (K, S, 1): a bool tensor (population BN or not) and the weight
-    decay of each model.  Formula in the module docstring.  Cost: two einsums over (K, S, B, m).
-    """
+    """∇_w of the batch-mean logistic loss (+ (λ/2)‖w‖²) of stacked models (module docstring): w (K, S, m), x (S, B,
+    m), y (S, B); ``bn`` (population BN or not) and ``wd`` broadcast against (K, S, 1)."""
     norm = w.norm(dim=-1, keepdim=True)
     v = torch.where(bn, w / norm, w)                         # the direction that meets the data
     margin = torch.einsum("ksm,sbm->ksb", v, x) * y
@@ -86,10 +53,7 @@ def loss_grad(w, x, y, bn, wd):
 
 
 def population_grad(w, wd):
-    """∇_w of the expected loss of the BN models (B = ∞): −(I − u uᵀ) e_1 / (√(2π) ‖w‖) + λ w, u = w/‖w‖.
-
-    ``w`` (..., m); ``wd`` broadcasts against (..., 1).  Derivation: docs/maths-notes.md, "The toy model".
-    """
+    """∇_w of the BN models' expected loss (B = ∞): −(I − u uᵀ) e_1 / (√(2π) ‖w‖) + λ w, u = w/‖w‖, ``w`` (..., m)."""
     norm = w.norm(dim=-1, keepdim=True)
     u = w / norm
     e1 = torch.zeros_like(w)
@@ -97,33 +61,16 @@ def population_grad(w, wd):
     return -(e1 - u[..., :1] * u) / (math.sqrt(2 * math.pi) * norm) + wd * w
 
 
-# ----------------------------------------------------------------------------- geometry
-def angle_to_e1(w):
-    """∠(w, e_1) in [0, π] for w (..., m), computed as atan2(‖w_{2:m}‖, w_1) (accurate near 0 and π)."""
-    w = torch.as_tensor(w)
-    return torch.atan2(w[..., 1:].norm(dim=-1), w[..., 0])
-
-
 def training_error(w):
-    """Population error of the linear classifier sign(wᵀx) on x ~ N(0, I), y = sign(x_1): ∠(w, e_1)/π.
-
-    (The sign of a Gaussian projects onto a uniform direction in span(w, e_1); the two half-planes
-    disagree on a wedge of angle 2∠(w, e_1) out of 2π.)  Population BN does not change the sign.
-    """
-    return angle_to_e1(w) / math.pi
+    """The population error of sign(wᵀx), w (..., m): ∠(w, e_1)/π, the angle as atan2(‖w_{2:m}‖, w_1)."""
+    w = torch.as_tensor(w)
+    return torch.atan2(w[..., 1:].norm(dim=-1), w[..., 0]) / math.pi
 
 
-# ----------------------------------------------------------------------------- simulation
 @dataclass(frozen=True)
 class ToyRun:
-    """What :func:`simulate` records, at every step, for every model and seed (numpy float64).
-
-    error : (steps + 1, K, S) -- training error ∠(w_t, e_1)/π, t = 0..steps.
-    norm : (steps + 1, K, S) -- ‖w_t‖.
-    step_angle : (steps, K, S) -- ∠(w_t, w_{t+1}).
-    models : the K model names; lr, wd, batch_size, dim : the hyperparameters (wd is that of the WD models;
-        batch_size is math.inf for population gradient descent).
-    """
+    """What :func:`simulate` records for every model and seed: the error ∠(w_t, e_1)/π and ‖w_t‖ (steps + 1, K, S),
+    the step angle ∠(w_t, w_{t+1}) (steps, K, S), and the settings."""
 
     error: np.ndarray
     norm: np.ndarray
@@ -140,32 +87,14 @@ class ToyRun:
         return self.error[:, k], self.norm[:, k], self.step_angle[:, k]
 
 
-def simulate(
-    models=tuple(MODELS),
-    *,
-    steps: int,
-    seeds: int,
-    batch_size: int | float,
-    lr: float,
-    wd: float,
-    dim: int = 10,
-    norm0: float = 1.0,
-    w0=None,
-    seed: int = 0,
-    dtype=torch.float32,
-) -> ToyRun:
-    """SGD on the toy problem for all ``models`` × ``seeds`` at once, recording every step.
-
-    Each seed starts from one uniformly random direction with ‖w_0‖ = ``norm0`` (the same for every
-    model), or from ``w0`` if given (shape (dim,) for all seeds, or (seeds, dim)), and draws a fresh
-    batch of ``batch_size`` samples per step, shared by all models of that seed.  ``batch_size =
-    math.inf`` is the noiseless limit B = ∞: gradient descent on the expected loss
-    (:func:`population_grad`), for the BN models only (the WD model's expected gradient has no closed
-    form); run it in float64, since between its bursts the error decays far below float32's range.
-    ``wd`` is λ of the ``"wd"`` and ``"bn+wd"`` models (``"bn"`` uses none).  Reproducible from
-    ``seed``.  float32 (default) is the faster, and ample for the recorded angles of finite-batch runs.
-    """
-    models = _check_models(models)
+def simulate(models=tuple(MODELS), *, steps: int, seeds: int, batch_size: int | float, lr: float, wd: float,
+             dim: int = 10, norm0: float = 1.0, w0=None, seed: int = 0, dtype=torch.float32) -> ToyRun:
+    """SGD for all ``models`` × ``seeds`` at once from ``seed``: each seed from a random direction of norm ``norm0``
+    (or ``w0``, (dim,) or (seeds, dim)) and a fresh batch a step, shared by its models.  ``batch_size = math.inf``:
+    GD on the expected loss, BN models only (run it in float64).  ``wd`` is λ of "wd" and "bn+wd"."""
+    models = tuple(models)
+    if not models or any(m not in MODELS for m in models):
+        raise ValueError(f"models must be a non-empty subset of {tuple(MODELS)}; got {models!r}")
     steps = _count("steps", steps)
     seeds = _count("seeds", seeds)
     population = batch_size == math.inf
@@ -211,17 +140,13 @@ def simulate(
     return ToyRun(as_np(error), as_np(norm), as_np(angle), models, lr, wd, batch_size, dim)
 
 
-# ----------------------------------------------------------------------------- the theorem
 def _check_eps(eps, lr, wd):
     return float(checked("eps", eps, Float(0, math.sqrt(lr * wd / 2), note=" (0 < eps < sqrt(lr*wd/2))")))
 
 
 def theorem_W1(norm, *, lr, wd, eps, batch_size, dim):
-    """W_1 of Thm 3.1 at ‖w_{k_0}‖ = ``norm`` (array ok): ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)).
-
-    Needs 0 < ε < √(ηλ/2) and m >= 3.  Where the logarithm is negative the norm is already below the
-    proof's threshold ‖w‖² <= η√(m−2)/(64 ε √B) and W_1 = 0 (returned clipped at 0).
-    """
+    """W_1 of Thm 3.1 at ‖w_{k_0}‖ = ``norm``: ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)), clipped at 0 (0 < ε <
+    √(ηλ/2), m >= 3)."""
     lr, wd = _positive("lr", lr), _positive("wd", wd)
     eps = _check_eps(eps, lr, wd)
     batch_size = _count("batch_size", batch_size)
@@ -237,12 +162,8 @@ def theorem_W2(delta):
 
 @dataclass(frozen=True)
 class WindowCheck:
-    """Result of :func:`check_window_claim`.
-
-    windows : number of (seed, k_0) windows that fit in the run and were checked.
-    violations : how many of them never saw the error exceed ε/π.
-    length : (windows,) the window lengths ⌊W_1 + W_2⌋ in steps.
-    """
+    """:func:`check_window_claim`: the (seed, k_0) windows that fit in the run, how many never saw the error exceed
+    ε/π, and their lengths ⌊W_1 + W_2⌋."""
 
     windows: int
     violations: int
@@ -254,12 +175,8 @@ class WindowCheck:
 
 
 def check_window_claim(error, norm, *, lr, wd, eps, delta, batch_size, dim, starts=None) -> WindowCheck:
-    """Check Thm 3.1 on recorded runs: for each seed and each start k_0, does the error exceed ε/π at some
-    t ∈ {k_0, …, k_0 + ⌊W_1(‖w_{k_0}‖) + W_2⌋}?
-
-    ``error``, ``norm``: (steps + 1, seeds) of one BN+WD run.  ``starts``: the k_0 to try (default: all);
-    windows that run past the end are skipped.  The theorem allows a fraction δ of violations.
-    """
+    """Thm 3.1 on one BN+WD run's ``error`` and ``norm`` (steps + 1, seeds): for each seed and start k_0 of ``starts``
+    (default all), does the error exceed ε/π in {k_0, …, k_0 + ⌊W_1(‖w_{k_0}‖) + W_2⌋}?  (δ of them may not.)"""
     error, norm = np.asarray(error), np.asarray(norm)
     if error.shape != norm.shape or error.ndim != 2:
         raise ValueError(f"error and norm must both have shape (steps + 1, seeds); got {error.shape}, {norm.shape}")

@@ -1,16 +1,9 @@
 """The exact-twin test on a real network: Step Decay + WD ≡ TEXP and Cosine + WD ≡ Cosine-TEXP, logit for logit.
 
-:func:`run_unit` trains a network (the chapter: PreResNet-32 of :mod:`explr.models`) with the original schedule and
-with its twins of :func:`explr.schedules.texp` (Li & Arora 2020, Theorem 2.12) on the same batches, and compares
-the logits on a fixed held-out batch, D_k = max |f̃_k − f_k| / max |f_k| (:func:`explr.sgd.output_deviation`).
-In float64 the exact twin must stay within the round-off estimate of :func:`roundoff_estimate`,
-
-    D_k ≲ B_k = e_f + (k + 1) · ρ · G_k,   ρ = 4u + e_g,   G_k = max(1, max_{i≤k} A_i),
-
-with A_i the amplification that a control run measures; the twin without corrections departs by about
-D_k ≈ 2 s_k F_k (:func:`departure_estimate`), the near twin by min(2 s_k, ε/2) F_k (:func:`near_estimate`).
-In float32 and bf16 D_k is reported, never asserted.  The derivations and the estimates' assumptions:
-docs/maths-notes.md, "The exact-twin test".
+:func:`run_unit` trains a network with a schedule and its twins of :func:`explr.schedules.texp` (Li & Arora 2020,
+Thm 2.12) on the same batches and compares the logits on a held-out batch, D_k = max |f̃_k − f_k| / max |f_k|.  In
+float64 the exact twin stays within B_k = e_f + (k + 1)(4u + e_g) G_k (:func:`roundoff_estimate`); in float32 and
+bf16 D_k is reported, never asserted.  The derivations: docs/maths-notes.md, "The exact-twin test".
 """
 from __future__ import annotations
 
@@ -26,32 +19,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..invariance import trainable_parameters
-from ..schedules import check_momentum, check_positive_int, check_real
-from ..schedules import PlainSchedule, alpha, cosine, step_decay, texp
+from ..schedules import PlainSchedule, alpha, check_momentum, check_positive_int, check_real, cosine, step_decay, texp
 from ..sgd import output_deviation, prediction_agreement, train_sgd
 from .digits import batch_schedule
 
 __all__ = ["PAIRS", "PRECISIONS", "RUNS", "BN_EPS", "CONTROL_DELTA", "CHAOS_LEVEL", "TwinSettings", "pair_schedules",
-           "batch_statistics", "roundoff_estimate", "departure_estimate", "near_estimate", "unit_roundoff",
-           "unit_estimate", "unit_near_estimate", "run_unit",
-           "summarise"]
+           "roundoff_estimate", "departure_estimate", "near_estimate", "unit_roundoff", "run_unit", "summarise"]
 
 #: the original schedule of each pair; its twins are :func:`explr.schedules.texp` of it.
 PAIRS = {"step": "Step Decay + WD vs TEXP", "cosine": "Cosine (per epoch) + WD vs Cosine-TEXP (the hybrid)"}
 #: the arithmetic of a unit: float64 weights and data; float32; float32 weights under bf16 autocast (CPU).
 PRECISIONS = ("float64", "float32", "bf16")
-#: the runs of a unit beside the original: the twins (``corrections="all"`` and ``"none"``), the control, and the
-#: near twin (TEXP with all corrections, built for (1 + ε)λ: :attr:`TwinSettings.near`).
+#: the runs beside the original: the twins (``corrections="all"``, ``"none"``), the control, the near twin
 RUNS = ("exact", "uncorrected", "control", "near")
-#: BN's ε per precision: ~0 in float64 (torch refuses 0); in float32, 1e-300 would round to 0, so the smallest
-#: normal-range power of ten that keeps ε far below any batch variance.
+#: BN's ε per precision: ~0 (torch refuses 0; float32 would round 1e-300 to 0)
 BN_EPS = {"float64": 1e-300, "float32": 1e-30, "bf16": 1e-30}
-#: the control run's relative perturbation of θ₀: 1e4 ulps of each weight, so the rounding of the evaluations (e_f,
-#: ~2e-14 on PreResNet-32) is ~1e-3 of its response, and small enough to flip no ReLU: a flip is a jump of the
-#: gradient, after which the response is no longer the linear amplification.
+#: the control run's relative perturbation of θ₀: 1e4 ulps, far above e_f, too small to flip a ReLU
 CONTROL_DELTA = 1e-12
-#: the rescalings that measure one evaluation's round-off (a c that is not a power of two rounds differently; the
-#: largest of three samples, since one can fall low).
+#: the rescalings c (not powers of two) whose largest effect is one evaluation's round-off
 ROUNDOFF_SCALES = (3.0, 5.0, 7.0)
 #: a departure D_k above this is O(1) in the logits' units: the two runs are different networks (float32/bf16).
 CHAOS_LEVEL = 1e-2
@@ -60,19 +45,10 @@ U64 = float(np.finfo(np.float64).eps)
 
 @dataclass(frozen=True)
 class TwinSettings:
-    """The schedule and sampling of one experiment (every unit uses the same).
-
-    ``epochs`` × ``steps_per_epoch`` steps; Step Decay multiplies lr by 0.1 at each of ``milestones`` (epochs,
-    at least two: the test must cross two decays); the cosine is per epoch over ``epochs``.  ``lr``, ``wd``,
-    ``momentum``: both runs' SGD (the twins: no WD, their own lr); ``batch_size`` images a step, drawn by
-    :func:`explr.book.digits.batch_schedule` from ``seed``; the probe's logits are recorded every
-    ``record_every`` steps (a divisor of ``steps_per_epoch``, so every epoch's end is recorded).
-
-    ``rescale_at`` (> 1, optional): every twin runs through :class:`~explr.lr_scheduler.PerStepLR`'s equivalent
-    rescaling, ``rescale_above`` = ``rescale_at`` × its own lr[0]: θ → θ/2^j, lr → lr/4^j whenever the lr would
-    pass it, so after the first rescaling each further one needs the lr to grow 4×.  ``near`` (ε > 0, optional):
-    the unit also trains the near twin, TEXP with all corrections built for (1 + ε)λ, which must depart.
-    """
+    """One experiment's schedule and sampling: Step Decay (×0.1 at two or more ``milestones``) or the per-epoch
+    cosine over ``epochs`` × ``steps_per_epoch`` steps; ``batch_size`` images a step from ``seed``; logits every
+    ``record_every`` steps (a divisor of ``steps_per_epoch``).  ``rescale_at`` > 1: every twin runs through
+    PerStepLR's rescaling above ``rescale_at`` × its lr[0]; ``near`` = ε: also the near twin, built for (1 + ε)λ."""
 
     epochs: int
     steps_per_epoch: int
@@ -118,11 +94,8 @@ class TwinSettings:
 
 
 def pair_schedules(pair: str, settings: TwinSettings, twin_wd: float | None = None) -> dict:
-    """{"original", "exact", "uncorrected"}: the pair's schedule with WD (:func:`~explr.schedules.step_decay` or the
-    per-epoch :func:`~explr.schedules.cosine`) and its TEXP twins, ``corrections="all"`` and ``"none"``.
-
-    With ``settings.near`` = ε also "near": TEXP (all corrections) of the same schedule built for (1 + ε)λ.
-    ``twin_wd`` builds the twins for another weight decay than the original's (a deliberately wrong twin)."""
+    """The pair's schedule with WD ("original") and its TEXP twins ("exact", "uncorrected"; "near" with
+    ``settings.near``), the twins built for ``twin_wd`` if given (a deliberately wrong twin)."""
     if pair not in PAIRS:
         raise ValueError(f"pair must be one of {tuple(PAIRS)}; got {pair!r}")
     s = settings
@@ -139,17 +112,6 @@ def pair_schedules(pair: str, settings: TwinSettings, twin_wd: float | None = No
     return out
 
 
-def batch_statistics(model: nn.Module) -> nn.Module:
-    """Make every BatchNorm of ``model`` use batch statistics in train and eval mode alike (no running averages,
-    as ``track_running_stats=False``), in place: the network is then a function of θ and its batch only, which
-    scale invariance needs.  Returns the model."""
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.track_running_stats = False
-            m.running_mean = m.running_var = m.num_batches_tracked = None
-    return model
-
-
 class _Autocast(nn.Module):
     """``net`` run under CPU bf16 autocast, its output returned in float32 (numpy has no bf16)."""
 
@@ -163,24 +125,25 @@ class _Autocast(nn.Module):
 
 
 def _network(build_model, precision: str, reference: torch.Tensor | None):
-    """The builder's network for ``precision`` (dtype, BN ε, batch statistics); refuses a builder whose initial
-    weights differ from ``reference`` (the first build's): every run of a unit must start from the same θ₀."""
+    """The builder's network for ``precision`` (dtype, BN ε, batch statistics in train and eval mode); refuses
+    initial weights other than ``reference`` (the first build's)."""
     net = build_model(BN_EPS[precision])
     if not isinstance(net, nn.Module):
         raise ValueError(f"build_model must return an nn.Module; got {type(net).__name__}")
     start = torch.cat([p.detach().double().reshape(-1) for _, p in trainable_parameters(net)])
     if reference is not None and not torch.equal(start, reference):
         raise ValueError("build_model must return the same initial weights at every call (seed it)")
-    net = batch_statistics(net.to(torch.float64 if precision == "float64" else torch.float32))
+    for m in net.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.track_running_stats = False
+            m.running_mean = m.running_var = m.num_batches_tracked = None
+    net = net.to(torch.float64 if precision == "float64" else torch.float32)
     return (_Autocast(net) if precision == "bf16" else net), start
 
 
 def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
-    """One evaluation's rounding in the model's dtype, as the scale-invariant loss exposes it (docs/maths-notes.md,
-    "The exact-twin test"):
-    e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe`` and e_g = max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch,
-    the largest over c in :data:`ROUNDOFF_SCALES`; both are 0 in exact arithmetic.  Also ``delta``, the control
-    run's δ (:data:`CONTROL_DELTA`), which :func:`roundoff_estimate` takes with them."""
+    """One evaluation's rounding, 0 in exact arithmetic: e_f = max|f(cθ) − f(θ)| / max|f(θ)| on ``probe``, e_g =
+    max|c∇L(cθ) − ∇L(θ)| / max|∇L(θ)| on the batch, the largest over :data:`ROUNDOFF_SCALES`; and the control's δ."""
     def evaluate(c):
         net = copy.deepcopy(model)
         params = [p for _, p in trainable_parameters(net)]
@@ -201,28 +164,24 @@ def roundoff(model: nn.Module, inputs, targets, probe) -> dict:
 
 
 def roundoff_estimate(steps, control_deviation, forward: float, gradient: float, delta: float = CONTROL_DELTA):
-    """B_k = e_f + (k + 1)(4u + e_g) G_k, G_k = max(1, max_{i≤k} D^ctl_i / δ_c) at each recorded step k (module
-    docstring): an estimate, under the docstring's assumptions (i)-(iii), of the D_k that round-off alone gives two
-    float64 runs of the same iterates; not a bound."""
+    """B_k = e_f + (k + 1)(4u + e_g) G_k, G_k = max(1, max_{i≤k} D^ctl_i / δ_c): the D_k that round-off alone gives
+    two float64 runs of the same iterates (an estimate, not a bound)."""
     steps = np.asarray(steps, dtype=np.float64)
     gain = np.maximum(1.0, np.maximum.accumulate(np.asarray(control_deviation, dtype=np.float64) / delta))
     return forward + (steps + 1) * (4 * U64 + gradient) * gain
 
 
 def departure_estimate(steps, function_change, nudge: float, lr: float, wd: float, momentum: float) -> np.ndarray:
-    """D_k ≈ 2 s_k F_k (module docstring): the uncorrected twin's departure when it omits the start push
-    δ = |``nudge``| (η̃₀c₀), with the shortfall s_k = δ(1 − r^k)/(1 − r), r = γα*⁻², on its way to the ceiling
-    δ/(1 − r) (α* = :func:`~explr.schedules.alpha` of phase 0's ``lr``, ``wd``, ``momentum``), and F_k =
-    ``function_change`` at the recorded ``steps`` k."""
+    """D_k ≈ 2 s_k F_k, s_k = δ(1 − r^k)/(1 − r), r = γα*⁻², δ = |``nudge``|: the uncorrected twin's departure, F_k
+    the ``function_change`` (α* of phase 0's ``lr``, ``wd``, ``momentum``)."""
     r = momentum / alpha(lr, wd, momentum) ** 2
     shortfall = abs(nudge) * (1 - r ** np.asarray(steps, dtype=np.float64)) / (1 - r)
     return 2 * shortfall * np.asarray(function_change, dtype=np.float64)
 
 
 def near_estimate(steps, function_change, eps: float, lr: float, wd: float, momentum: float) -> np.ndarray:
-    """D_k ≈ min(2 s_k, ε/2) F_k (module docstring): the near twin's departure, built for (1 + ``eps``)λ, with
-    s_k = k ln(α*(λ)/α*((1 + ε)λ)) the extra shrink of ‖θ‖ (α* = :func:`~explr.schedules.alpha` of ``lr``, ``wd``,
-    ``momentum``: phase 0's) and F_k = ``function_change`` at the recorded ``steps`` k."""
+    """D_k ≈ min(2 s_k, ε/2) F_k, s_k = k ln(α*(λ)/α*((1 + ε)λ)): the near twin's departure, built for (1 +
+    ``eps``)λ (α* of phase 0's ``lr``, ``wd``, ``momentum``)."""
     per_step = math.log(alpha(lr, wd, momentum) / alpha(lr, (1 + eps) * wd, momentum))
     error = np.minimum(2 * per_step * np.asarray(steps, dtype=np.float64), eps / 2)
     return error * np.asarray(function_change, dtype=np.float64)
@@ -233,41 +192,16 @@ def unit_roundoff(unit: dict) -> np.ndarray:
     return roundoff_estimate(unit["steps"], unit["deviation"]["control"], **unit["roundoff"])
 
 
-
-
-def unit_estimate(unit: dict, settings: dict) -> np.ndarray:
-    """:func:`departure_estimate` of a float64 unit; ``settings`` holds ``lr``, ``wd``, ``momentum``."""
-    return departure_estimate(unit["steps"], unit["function_change"], unit["nudge"],
-                              *(settings[k] for k in ("lr", "wd", "momentum")))
-
-
-def unit_near_estimate(unit: dict, settings: dict) -> np.ndarray:
-    """:func:`near_estimate` of a float64 unit with a near twin; ``settings`` holds ``near``, ``lr``, ``wd``,
-    ``momentum``."""
-    return near_estimate(unit["steps"], unit["function_change"],
-                         *(settings[k] for k in ("near", "lr", "wd", "momentum")))
-
-
 def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, labels: torch.Tensor,
              probe: torch.Tensor, settings: TwinSettings, pair: str, precision: str, *,
              runs: tuple | None = None, twin_wd: float | None = None, log: Callable[[str], None] | None = None) -> dict:
-    """Train one pair in one precision and compare the twins' logits with the original's (module docstring).
+    """Train one pair in one precision and compare the twins' logits with the original's.
 
-    ``build_model(eps)`` returns a scale-invariant network whose BatchNorms have ε = ``eps`` (e.g.
-    ``lambda eps: PreResNet(32, eps=eps, seed=0)``), the same initial weights at every call; it is cast to the
-    precision's dtype and switched to batch statistics here.  ``images`` (N, C, H, W) and ``labels`` (N,) are the
-    training data (normalised), ``probe`` the fixed held-out batch.  ``runs``: which of :data:`RUNS` to train beside
-    the original (default: all in float64, "near" only with ``settings.near``; the exact twin in float32 and bf16;
-    the round-off estimate needs the control).  With ``settings.rescale_at`` every twin is rescaled by PerStepLR.
-    ``twin_wd``: build the twins for this weight decay instead (a wrong twin, for the tests).  ``log`` receives
-    progress lines.
-
-    Returns a JSON-able dict: ``steps`` (recorded k), ``deviation`` {run: D_k}, ``agreement`` {run: fraction of
-    probe images with the same predicted class}, ``norm_error`` (max_k |‖θ̃_k‖ / (P_k‖θ_k‖) − 1| of the exact
-    twin, if trained), ``function_change`` F_k, ``nudge`` (η̃₀c₀ of the exact twin), ``loss`` (the original's per
-    step), ``rescalings`` {run: how many times PerStepLR rescaled it}, ``rescale_steps`` {run: the steps k whose
-    update was followed by a rescaling}, ``seconds``; in float64 also ``roundoff`` {forward, gradient, delta}.
-    :func:`unit_roundoff` and :func:`unit_estimate` compute B_k and the uncorrected twin's expected D_k from them.
+    ``build_model(eps)``: a scale-invariant network with BN ε = ``eps``, the same initial weights at every call
+    (e.g. ``lambda eps: PreResNet(32, eps=eps, seed=0)``); ``images`` (N, C, H, W), ``labels`` (N,), ``probe`` the
+    held-out batch; ``runs`` of :data:`RUNS` (default: all in float64, the exact twin otherwise).  Returns a JSON-able
+    dict: ``steps``, ``deviation`` and ``agreement`` per run, ``norm_error``, ``function_change`` F_k, ``nudge``
+    (η̃₀c₀), ``loss``, ``rescalings``, ``rescale_steps``, ``seconds``; in float64 also ``roundoff``.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
@@ -348,20 +282,12 @@ def _check_data(images, labels, probe, settings: TwinSettings):
 
 
 def summarise(metrics: dict) -> dict:
-    """What chapter 6 shows and asserts, from ``metrics["units"]`` ({"pair/precision": :func:`run_unit`'s dict}).
+    """What chapter 6 shows and asserts, per pair, from ``metrics["units"]`` ({"pair/precision": :func:`run_unit`}).
 
-    Per pair (float64): ``exact`` = max_k D_k of the exact twin, ``roundoff`` = max_k B_k (the round-off
-    estimate, :func:`roundoff_estimate`), ``exact_over_roundoff`` = max_k D_k / B_k (≤ 1: the twins agree as far as
-    rounding can tell), ``agree`` (the exact twin predicts every probe image's class as the original does, at
-    every recorded step), ``norm_error`` (:func:`run_unit`) and ``rescalings`` = how often PerStepLR rescaled the
-    exact twin (0 without :attr:`TwinSettings.rescale_at`).  With the twin without corrections: ``uncorrected`` =
-    its max_k D_k, ``uncorrected_over_roundoff`` = min_k D_k / B_k over the steps from the first epoch's end on
-    (≫ 1: it departs), ``estimate_ratio`` = its D at the end over :func:`departure_estimate`'s.  With the near
-    twin: ``near`` = its D at the end, ``near_over_roundoff`` = D/B at the end (≫ 1: it departs),
-    ``near_departs_at`` = the first recorded step from which D_k > B_k at every later recorded one, and
-    ``near_estimate_ratio`` = its D at the end over :func:`near_estimate`'s.
-    Per pair and lower precision: ``chaos_step`` = the first recorded step where the exact pair's D_k passes
-    :data:`CHAOS_LEVEL` (None if never) and ``final`` = its D at the end.
+    float64: the exact twin's max D_k, max B_k and max D_k/B_k, ``agree``, ``norm_error``, ``rescalings``; the
+    uncorrected twin's max D_k, min D_k/B_k from epoch 1 and ``estimate_ratio`` (over :func:`departure_estimate`);
+    the near twin's final D and D/B, ``near_departs_at`` and ``near_estimate_ratio`` (over :func:`near_estimate`).
+    float32, bf16: ``chaos_step`` (D_k first above :data:`CHAOS_LEVEL`) and the ``final`` D.
     """
     out = {}
     settings = metrics["settings"]
@@ -371,6 +297,7 @@ def summarise(metrics: dict) -> dict:
         row = out.setdefault(pair, {})
         if precision == "float64":
             roundoff, steps = unit_roundoff(unit), np.asarray(unit["steps"])
+            phase0 = (settings["lr"], settings["wd"], settings["momentum"])
             row.update(exact=float(dev["exact"].max()), exact_over_roundoff=float((dev["exact"] / roundoff).max()),
                        roundoff=float(roundoff.max()), agree=bool(min(unit["agreement"]["exact"]) == 1.0),
                        norm_error=unit["norm_error"], rescalings=unit.get("rescalings", {}).get("exact", 0))
@@ -378,14 +305,16 @@ def summarise(metrics: dict) -> dict:
                 later = steps >= settings["steps_per_epoch"]
                 row.update(uncorrected=float(dev["uncorrected"].max()),
                            uncorrected_over_roundoff=float((dev["uncorrected"][later] / roundoff[later]).min()),
-                           estimate_ratio=float(dev["uncorrected"][-1] / unit_estimate(unit, settings)[-1]))
+                           estimate_ratio=float(dev["uncorrected"][-1] / departure_estimate(
+                               steps, unit["function_change"], unit["nudge"], *phase0)[-1]))
             if "near" in dev:
                 ratio = dev["near"] / roundoff
                 below = np.flatnonzero(ratio <= 1)
                 departs = steps[below[-1] + 1] if below.size else steps[0]
                 row.update(near=float(dev["near"][-1]), near_over_roundoff=float(ratio[-1]),
                            near_departs_at=int(departs) if ratio[-1] > 1 else None,
-                           near_estimate_ratio=float(dev["near"][-1] / unit_near_estimate(unit, settings)[-1]))
+                           near_estimate_ratio=float(dev["near"][-1] / near_estimate(
+                               steps, unit["function_change"], settings["near"], *phase0)[-1]))
         else:
             above = np.flatnonzero(dev["exact"] > CHAOS_LEVEL)
             row[precision] = {"chaos_step": int(unit["steps"][above[0]]) if above.size else None,
