@@ -1,17 +1,9 @@
-"""Learning-rate schedules and their exact weight-decay-free equivalents.
+"""Learning-rate schedules and their exact weight-decay-free equivalents (Li & Arora, ICLR 2020).
 
-Convention (PyTorch SGD, no dampening, no Nesterov), step k = 0, 1, 2, ...::
-
-    v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k  (v_0 = 0),      θ_{k+1} = θ_k − lr_k v_{k+1}
-
-For a scale-invariant loss a run with weight decay is, in function space, a run without it whose lr grows
-exponentially (Li & Arora, ICLR 2020, Theorems 2.1, 2.5, 2.12, 2.13).  Every converter returns an
-:class:`EquivalentSchedule`: SGD with its ``.lr`` and ``.wd`` (same momentum) has the iterates θ̃_k = P_k θ_k, with
-lr̃_k = P_k P_{k+1} lr_k and a one-step weight decay c_k where α_{k+1} = P_k / P_{k+1} differs from the run's own
-ratio â_{k+1}.  All is built in log space, so nothing overflows.  The construction: chapter 2 and
-docs/maths-notes.md, "Schedules".  The checks of per-step inputs of the maths floor are written here once
-(``per_step_array``, ``check_milestones``, ``plain_arrays``, ``real_array``): each names the argument, the rule and
-the first step that breaks it (``lr[3] = -0.1``).
+SGD with momentum γ (v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k, θ_{k+1} = θ_k − lr_k v_{k+1}) on a scale-invariant loss
+with weight decay equals, in function space, SGD without it whose lr grows exponentially (Theorems 2.1, 2.5, 2.12,
+2.13).  Every converter returns an :class:`EquivalentSchedule`, built in log space (chapter 2 and
+docs/maths-notes.md, "Schedules"); the checks of per-step inputs are written here once and name the first bad step.
 """
 from __future__ import annotations
 
@@ -23,19 +15,8 @@ import numpy as np
 
 from .params import is_int, is_real, is_real_type
 
-__all__ = [
-    "EquivalentSchedule",
-    "PlainSchedule",
-    "Schedule",
-    "alpha",
-    "exp_lr",
-    "texp",
-    "texp_plus_plus",
-    "texp_minus_minus",
-    "step_decay",
-    "cosine",
-    "CORRECTIONS",
-]
+__all__ = ["EquivalentSchedule", "PlainSchedule", "Schedule", "alpha", "exp_lr", "texp", "texp_plus_plus",
+           "texp_minus_minus", "step_decay", "cosine", "CORRECTIONS"]
 
 
 # ----------------------------------------------------------------------------- the checks of per-step inputs
@@ -112,11 +93,9 @@ def plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
     return lr, float(wd) if wd.ndim == 0 else wd
 
 
-
 def real_array(name: str, value) -> np.ndarray:
-    """``value`` as a new float64 array; anything but real numbers (bools, strings, None) raises ``TypeError``
-    naming the first one.  Lists and tuples are checked item by item (``np.asarray`` would turn True into 1.0),
-    arrays, tensors and scalars by their dtype."""
+    """``value`` as a new float64 array; anything but real numbers (bools, strings, None: ``np.asarray`` would turn
+    True into 1.0) raises ``TypeError`` naming the first one."""
     if isinstance(value, (list, tuple)):
         items = value
     else:
@@ -137,19 +116,17 @@ def _refuse_first_bad_step(name: str, values: np.ndarray, bad: np.ndarray, rule:
         k = int(np.argmax(bad))
         raise ValueError(f"{name} must be {rule} at every step; {name}[{k}] = {float(values[k])!r}")
 
+
 #: Accepted values of the ``corrections`` argument of :func:`texp`.
 CORRECTIONS = ("all", "start", "none")
 
 
 @dataclass(frozen=True)
 class EquivalentSchedule:
-    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, in log space.
+    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, stored in log space;
+    ``lr``, ``wd`` and ``scale`` are derived (float64: ``inf`` or 0 outside its range).
 
-    Stored in log space, so nothing overflows; ``lr``, ``wd`` and ``scale`` are derived from it (float64: ``inf``
-    or 0 outside its range).
-
-    Example: the converters build it; at λ = 1e-2 over 78,200 steps its lr leaves float64's range, its log does not
-    (:class:`~explr.lr_scheduler.PerStepLR` plays it from :meth:`parts`):
+    Example: at λ = 1e-2 over 78,200 steps the lr leaves float64's range, its log and :meth:`parts` do not:
 
     >>> import numpy as np
     >>> from explr.schedules import exp_lr
@@ -209,12 +186,8 @@ class EquivalentSchedule:
 
 @dataclass(frozen=True, eq=False)
 class PlainSchedule:
-    """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given.
-
-    The same interface as :class:`EquivalentSchedule` -- ``.lr``, ``.wd``, ``.log_lr``, ``.first_lr``, ``.parts()``,
-    ``.scale``, ``.momentum``, ``.name``, ``len()`` -- so :class:`~explr.lr_scheduler.PerStepLR`,
-    :func:`explr.sgd.train_sgd` and the CIFAR-10 engine take either.  ``lr``: (steps,) array; ``wd``: a
-    number or a (steps,) array.  ``momentum`` is ``None``: a plain schedule fits any optimizer.
+    """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given, with the
+    interface of :class:`EquivalentSchedule`; ``momentum`` is ``None``: it fits any optimizer.
 
     Example: step decay with weight decay 5e-4, the ordinary run that :func:`texp` makes an equivalent of:
 
@@ -276,14 +249,9 @@ _LN2 = math.log(2.0)
 
 # ----------------------------------------------------------------------------- the root α
 def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
-    """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ.
-
-    α is the larger root of x² − (1 + γ − λη) x + γ = 0 (Theorem 2.5; for γ = 0 it is
-    1 − λη, Theorem 2.1).  The roots are real iff λη ≤ (1 − √γ)²; the larger one then lies in
-    [√γ, 1] (Appendix A.1).  Standard values η = 0.1, λ = 5e-4, γ = 0.9 give α ≈ 0.9994977.
-
-    Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
-    λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
+    """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ: the larger root
+    of x² − (1 + γ − λη) x + γ = 0 (Theorem 2.5; 1 − λη for γ = 0, Theorem 2.1), real iff λη ≤ (1 − √γ)², then in
+    [√γ, 1] (Appendix A.1); ``ValueError`` outside that range, never NaN.
 
     Example: the standard values, and a weight decay too large for any equivalent:
 
@@ -352,12 +320,9 @@ def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSch
 
 # ----------------------------------------------------------------------------- public converters
 def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correction: bool = True) -> EquivalentSchedule:
-    """Constant LR η + WD λ  ≡  exponential LR without WD (Theorems 2.1 and 2.5).
-
-    lr̃_k = η α^{−2k−1},  θ̃_k = α^{−k} θ_k,  with α = :func:`alpha` (η, λ, γ).
-
-    The paper's start θ̃_{−1} = α θ_0 is, with PyTorch's zero initial buffer, a one-step weight decay at step 0,
-    c_0 = (α − (1 − λη)) / (lr̃_0 α) (negative for λ > 0); ``start_correction=False`` drops it.
+    """Constant LR η + WD λ ≡ exponential LR without WD (Theorems 2.1 and 2.5): lr̃_k = η α^{−2k−1}, θ̃_k = α^{−k} θ_k,
+    α = :func:`alpha` (η, λ, γ); with PyTorch's zero initial buffer the paper's start θ̃_{−1} = α θ_0 is a one-step
+    weight decay c_0 = (α − (1 − λη)) / (lr̃_0 α) at step 0, which ``start_correction=False`` drops.
 
     Example: 1,000 steps at η = 0.1, λ = 5e-4, γ = 0.9; the lr grows by α⁻² a step; wd[0] is the start correction:
 
@@ -381,16 +346,13 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
 
 
 def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
-    """Tapered exponential LR (TEXP, Theorem 2.12) for a piecewise-constant schedule.
+    """Tapered exponential LR (TEXP, Theorem 2.12) of a piecewise-constant ``lr`` per step and ``wd`` (scalar or per
+    step): lr̃_0 = η*_0 / α*_0 grows by (α*_I)^{−2} a step inside phase I, α*_I = :func:`alpha` (η*_I, λ_I, γ), and
+    by (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where it starts.  ``corrections``: the one-step weight decays at every
+    phase's start (``"all"``, exact), at step 0 only (``"start"``) or none (``"none"``).
 
-    ``lr`` per step (e.g. :func:`step_decay`), ``wd`` a scalar or per step.  In a phase I of constant (η*_I, λ_I),
-    α*_I = :func:`alpha` (η*_I, λ_I, γ); lr̃_0 = η*_0 / α*_0 grows by (α*_I)^{−2} a step inside phase I and by
-    (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where it starts.  Exactness needs a one-step weight decay where each phase
-    starts; ``corrections``: ``"all"`` (exact), ``"start"`` (step 0 only) or ``"none"``.
-
-    Example: step decay ÷10 at epoch 2 of 3 (100 steps an epoch) with weight decay 5e-4, and its equivalent
-    without weight decay: the lr grows inside each phase and drops where a phase starts, and the one-step
-    corrections sit at the phases' starts:
+    Example: step decay ÷10 at epoch 2 of 3 with weight decay 5e-4: the twin's lr grows inside each phase, drops
+    where one starts, and the corrections sit there:
 
     >>> from explr.schedules import step_decay, texp
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
@@ -422,13 +384,9 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
 
 
 def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
-    """TEXP++ (Theorem 2.13): exact for any per-step schedule whose α_k stay > 0 (a ValueError otherwise), no
-    momentum correction.
-
-    α_1 = 1 − lr_0 wd_0,   α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k),
-    P_k = ∏_{i=1..k} 1/α_i,   lr̃_k = P_k P_{k+1} lr_k,   θ̃_k = P_k θ_k.
-
-    ``lr``: per-step array (> 0); ``wd``: scalar or per-step array (>= 0).
+    """TEXP++ (Theorem 2.13): exact for any per-step ``lr`` > 0 and ``wd`` ≥ 0 (scalar or per step) whose α_k stay > 0
+    (a ``ValueError`` otherwise), with no correction: α_1 = 1 − lr_0 wd_0,
+    α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k), P_k = ∏_{i≤k} 1/α_i, lr̃_k = P_k P_{k+1} lr_k.
 
     Example: a per-step cosine schedule (its lr changes every step), exact without any weight decay:
 
@@ -447,15 +405,10 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
 
 
 def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
-    """TEXP-- (Section 5): TEXP without the instant LR drop at phase boundaries.
+    """TEXP-- (Section 5): TEXP without the lr drops, only the growth rate changing between phases; exactly TEXP of
+    the constant lr η*_0 with the weight decay cut to λ_I η*_I / η*_0 in phase I, the run ``scale`` relates to.
 
-    Only the growth rate changes between phases, from (α*_{I−1})^{−2} to (α*_I)^{−2}.  Since α*
-    depends on η*λ only, this is exactly TEXP of a *constant* LR η*_0 whose WD is cut to
-    λ_I η*_I / η*_0 in phase I -- which is the run this schedule is equivalent to (``scale``
-    relates to that run, not to the step-decay run passed in).
-
-    Example: the step decay of :func:`texp`'s example: where TEXP drops its lr at step 200, TEXP-- only grows
-    more slowly:
+    Example: the step decay of :func:`texp`'s example: where TEXP drops its lr at step 200, TEXP-- grows slower:
 
     >>> from explr.schedules import step_decay, texp_minus_minus
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
@@ -474,10 +427,8 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
 
 # ----------------------------------------------------------------------------- ordinary schedules
 def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), factor: float = 0.1) -> np.ndarray:
-    """Per-step LR of Step Decay (Definition 2.11): ``lr × factor^m``, m the number of milestones ≤ epoch.
-
-    ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
-    by ``factor`` ∈ (0, 1].
+    """Per-step LR of Step Decay (Definition 2.11): ``lr × factor^m``, m the number of ``milestones`` (strictly
+    increasing epochs in 1..epochs−1) ≤ the epoch, ``factor`` ∈ (0, 1].
 
     Example: the usual CIFAR-10 recipe, 200 epochs of 391 steps, ÷10 at epochs 100 and 150:
 
@@ -501,11 +452,8 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
 
 
 def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> np.ndarray:
-    """Per-step cosine LR (Loshchilov & Hutter 2016) without restarts: η_t = lr (1 + cos(π t / T)) / 2.
-
-    ``per="epoch"``: t = epoch index, T = ``epochs`` (constant inside each epoch -- the form the
-    paper's cosine/exponential hybrid converts with TEXP).  ``per="step"``: t = step, T = total
-    steps.  t never reaches T, so every LR is > 0.
+    """Per-step cosine LR (Loshchilov & Hutter 2016) without restarts: η_t = lr (1 + cos(π t / T)) / 2, with t the
+    epoch and T ``epochs`` (``per="epoch"``, what TEXP converts) or t the step and T the steps (``per="step"``).
 
     Example: 4 epochs of 2 steps, constant inside each epoch:
 
