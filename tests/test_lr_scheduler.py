@@ -121,11 +121,11 @@ def test_resuming_with_another_schedule_is_refused():
 @pytest.mark.parametrize(
     "lr,wd,kw,match",
     [
-        ([], 0.0, {}, "non-empty"),
+        ([], 0.0, {}, "lr must be a per-step array of one or more entries"),
         ([0.1, -0.1], 0.0, {}, "> 0"),
         ([0.1, float("nan")], 0.0, {}, "finite"),
         ([0.1, 0.1], [0.0, float("inf")], {}, "wd must be finite"),
-        ([0.1, 0.1], [0.0, 0.0, 0.0], {}, "wd must be a scalar or an array of 2"),
+        ([0.1, 0.1], [0.0, 0.0, 0.0], {}, "wd must be a per-step array of 2 entries or a scalar"),
         ([0.1, 0.1], 0.0, {"rescale_above": 0.05}, "rescale_above must be"),
         ([0.1, 0.1], 0.0, {"rescale_above": "1e3"}, "rescale_above must be"),
     ],

@@ -64,11 +64,9 @@ def check_rescale_above(rescale_above, first_lr: float, dtype) -> None:
     >>> import torch
     >>> from explr.lr_scheduler import check_rescale_above
     >>> check_rescale_above(1e3, 0.1, torch.float32)  # passes
-    >>> try:
-    ...     check_rescale_above(0.05, 0.1, torch.float32)
-    ... except ValueError as err:
-    ...     print(str(err).split(" and ")[0])
-    rescale_above must be a finite number > lr[0] = 0.1
+    >>> check_rescale_above(0.05, 0.1, torch.float32)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: rescale_above must be a finite number > lr[0] = 0.1 and at most ...
     """
     limit = max_rescale_above(dtype) if dtype is not None else math.inf
     if not (is_real(rescale_above) and first_lr < rescale_above <= limit):
@@ -130,13 +128,14 @@ class PerStepLR(LRScheduler):
             _check_sgd_momentum(optimizer, self.momentum)
         else:
             self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
+        dtype = _smallest_dtype(optimizer)
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
                     f"rescale_above needs torch.optim.SGD; got {type(optimizer).__name__}: the equivalent "
                     "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
                     "state, and Adam-type updates are not homogeneous in θ)")
-            check_rescale_above(rescale_above, math.ldexp(*self._parts_at(0)[:2]), _smallest_dtype(optimizer))
+            check_rescale_above(rescale_above, math.ldexp(*self._parts_at(0)[:2]), dtype)
         # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
         groups = optimizer.param_groups
         bases = [_group_number(g, i, "initial_lr" if "initial_lr" in g else "lr") for i, g in enumerate(groups)]
@@ -161,7 +160,6 @@ class PerStepLR(LRScheduler):
         self.fingerprint = digest.hexdigest()[:16]
         self._own_weight_decay = [_group_number(g, i, "weight_decay") if "weight_decay" in g else None
                                   for i, g in enumerate(groups)]
-        dtype = _smallest_dtype(optimizer)
         self._dtype_max = float(torch.finfo(dtype).max) if dtype is not None else math.inf
         super().__init__(optimizer, last_epoch)
 
@@ -179,9 +177,8 @@ class PerStepLR(LRScheduler):
     # ------------------------------------------------------------------ position and values
     @property
     def optimizer(self):
-        """The optimizer (torch's attribute).  ``ChainedScheduler.__init__`` reads it from every scheduler it chains
-        before it stores them, and nothing else of them: that read is refused (``RuntimeError``), so a chain holding
-        this scheduler is never built (docs/maths-notes.md, PerStepLR, *Composition*)."""
+        """The optimizer (torch's attribute); ``ChainedScheduler.__init__``'s read of it, before it stores any
+        scheduler, is refused with ``RuntimeError`` (docs/maths-notes.md, PerStepLR, *Composition*)."""
         if sys._getframe(1).f_code is _CHAINED_INIT:
             raise RuntimeError(f"PerStepLR: {_COMPOSITION}")
         return self._optimizer

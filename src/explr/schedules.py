@@ -20,14 +20,15 @@ __all__ = ["EquivalentSchedule", "PlainSchedule", "Schedule", "alpha", "exp_lr",
 
 
 # ----------------------------------------------------------------------------- the checks of per-step inputs
-# What PerStepLR accepts, per argument (its errors quote these).
-_RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
+#: the rules of per-step inputs (their errors quote them), by the bound they put on a value.
+_RULES = {"> 0": "finite real numbers > 0", ">= 0": "finite real numbers >= 0", "": "finite real numbers"}
 
 
-def check_real(name: str, value) -> float:
-    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused)."""
-    if not is_real(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
+def check_real(name: str, value, above: float | None = None) -> float:
+    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused),
+    and it is > ``above`` if given."""
+    if not (is_real(value) and (above is None or value > above)):
+        raise ValueError(f"{name} must be a finite number{'' if above is None else f' > {above:g}'}; got {value!r}")
     return float(value)
 
 
@@ -62,40 +63,32 @@ def check_milestones(milestones, epochs: int) -> np.ndarray:
     return ms
 
 
-def per_step_array(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
-    """Return ``value`` as a finite float64 array of length ``steps`` (scalars are broadcast)."""
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim > 1:
-        raise ValueError(f"{name} must be a scalar or a 1-D per-step array; got shape {arr.shape}")
-    if arr.ndim == 1 and steps is not None and len(arr) != steps:
-        raise ValueError(f"{name} has {len(arr)} entries but the schedule has {steps} steps")
-    if arr.ndim == 0:
-        if steps is None:
-            raise ValueError(f"{name} must be a per-step array here; got a scalar")
+def per_step_array(name: str, value, steps: int | None, bound: str) -> np.ndarray:
+    """``value`` as a new float64 array of ``steps`` entries (a scalar is broadcast; ``None``: one or more entries),
+    each passing the rule ``_RULES[bound]``: else ``TypeError`` naming the first entry that is not a real number, or
+    ``ValueError`` naming the shape or the first step that breaks the rule (``lr[3] = -0.1``)."""
+    arr = real_array(name, value, _RULES[bound])
+    if arr.ndim == 0 and steps is not None:
         arr = np.full(steps, float(arr))
-    if len(arr) == 0:
-        raise ValueError(f"{name} is empty: a schedule needs at least one step")
-    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else (arr < 0))
-    _refuse_first_bad_step(name, arr, bad, "finite and > 0" if positive else "finite and >= 0")
+    if arr.ndim != 1 or len(arr) == 0 or len(arr) != (steps or len(arr)):
+        raise ValueError(f"{name} must be a per-step array of {steps or 'one or more'} entries"
+                         f"{' or a scalar' if steps else ''}; got shape {np.shape(value)}")
+    bad = ~np.isfinite(arr) | (arr <= 0 if bound == "> 0" else arr < 0 if bound == ">= 0" else False)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"{name} must be {_RULES[bound]} at every step; {name}[{k}] = {float(arr[k])!r}")
     return arr
 
 
 def plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
-    """Checked float64 copies: lr a (steps,) array, wd a float or a (steps,) array."""
-    lr, wd = real_array("lr", lr), real_array("wd", wd)
-    if lr.ndim != 1 or len(lr) == 0:
-        raise ValueError(f"lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule); got "
-                         f"shape {lr.shape}")
-    if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
-        raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
-    _refuse_first_bad_step("lr", lr, ~np.isfinite(lr) | (lr <= 0), _RULES["lr"])
-    _refuse_first_bad_step("wd", np.atleast_1d(wd), ~np.isfinite(np.atleast_1d(wd)), _RULES["wd"])
-    return lr, float(wd) if wd.ndim == 0 else wd
+    """Checked float64 copies as PerStepLR plays them: lr a (steps,) array > 0, wd any finite float or array."""
+    lr = per_step_array("lr", lr, None, "> 0")
+    return lr, float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array("wd", wd, len(lr), "")
 
 
-def real_array(name: str, value) -> np.ndarray:
+def real_array(name: str, value, rule: str) -> np.ndarray:
     """``value`` as a new float64 array; anything but real numbers (bools, strings, None: ``np.asarray`` would turn
-    True into 1.0) raises ``TypeError`` naming the first one."""
+    True into 1.0) raises ``TypeError`` naming the first one and ``rule``."""
     if isinstance(value, (list, tuple)):
         items = value
     else:
@@ -105,16 +98,9 @@ def real_array(name: str, value) -> np.ndarray:
         k, x = next((k, x) for k, x in enumerate(items) if not is_real_type(type(x)))
         x = x.item() if isinstance(x, np.generic) else x
         where = f"{name}[{k}]" if np.ndim(value) else name
-        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[name]} "
+        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {rule} "
                         "(floats or ints; not bools or strings)")
     return np.array(value, dtype=np.float64)
-
-
-def _refuse_first_bad_step(name: str, values: np.ndarray, bad: np.ndarray, rule: str) -> None:
-    """ValueError naming the first step k where ``bad[k]``: "lr must be <rule> at every step; lr[3] = -0.1"."""
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise ValueError(f"{name} must be {rule} at every step; {name}[{k}] = {float(values[k])!r}")
 
 
 #: Accepted values of the ``corrections`` argument of :func:`texp`.
@@ -262,9 +248,7 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     Traceback (most recent call last):
     ValueError: lr*wd = 0.01 (lr=0.1, wd=0.1) is outside the valid range ...
     """
-    lr, wd, gamma = check_real("lr", lr), check_real("wd", wd), check_momentum(momentum)
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0; got {lr!r}")
+    lr, wd, gamma = check_real("lr", lr, above=0), check_real("wd", wd), check_momentum(momentum)
     if wd < 0:
         raise ValueError(f"wd must be >= 0; got {wd!r}")
     product, limit = lr * wd, (1.0 - math.sqrt(gamma)) ** 2
@@ -365,8 +349,8 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     if corrections not in CORRECTIONS:
         raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
     gamma = check_momentum(momentum)
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     starts = _phase_starts(lr_arr, wd_arr)
     target = np.empty(len(lr_arr))
     for k in np.flatnonzero(starts):
@@ -399,8 +383,8 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
     0.0 0.0
     """
     gamma = check_momentum(momentum)
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     return _equivalent(lr_arr, wd_arr, gamma, "texp++")
 
 
@@ -418,8 +402,8 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
     0.10005 0.12220 0.12226 0.12348
     """
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     constant = np.full(len(lr_arr), lr_arr[0])
     result = texp(constant, wd_arr * lr_arr / lr_arr[0], momentum, corrections=corrections)
     return replace(result, name=f"texp--[{corrections}]")
@@ -441,8 +425,7 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not check_real("lr", lr) > 0:
-        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    lr = check_real("lr", lr, above=0)
     if not 0 < check_real("factor", factor) <= 1:
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
     ms = check_milestones(milestones, epochs)
@@ -463,8 +446,7 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not check_real("lr", lr) > 0:
-        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    lr = check_real("lr", lr, above=0)
     steps = np.arange(epochs * steps_per_epoch)
     if per == "epoch":
         t, total = steps // steps_per_epoch, epochs
