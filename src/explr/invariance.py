@@ -13,8 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .params import is_real
-from .schedules import check_momentum
+from .schedules import check_momentum, check_real, per_step_array
 
 __all__ = ["NORM_LAYERS", "make_scale_invariant", "InvarianceCheck", "check_scale_invariance", "trainable_parameters",
            "flat_norm", "effective_lr", "step_angle", "equilibrium_step_angle", "angular_identity_gap",
@@ -146,7 +145,7 @@ def equilibrium_step_angle(lr: float, wd: float, momentum: float = 0.0) -> float
     """√(2ηλ/(1+γ)): the RMS angle per step at which SGD with learning rate η, weight decay λ > 0 and momentum γ
     settles on a scale-invariant loss, to first order in ηλ (Li & Arora, App. A; Wan et al. 2021 for γ > 0;
     docs/maths-notes.md, "Scale invariance")."""
-    _check_positive(lr=lr, wd=wd)
+    lr, wd = check_real("lr", lr, above=0), check_real("wd", wd, above=0)
     check_momentum(momentum)
     return math.sqrt(2 * lr * wd / (1 + momentum))
 
@@ -169,7 +168,8 @@ def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: floa
     changes at step 0 from equilibrium by the factors ``lr_ratio`` r_η and ``wd_ratio`` r_λ to ``lr`` and ``wd``,
     τ_θ = :func:`norm_relaxation_time` of the new values (the mean-field norm model: docs/maths-notes.md,
     "Scale invariance")."""
-    _check_positive(lr_ratio=lr_ratio, wd_ratio=wd_ratio, lr=lr, wd=wd)
+    for name, value in (("lr_ratio", lr_ratio), ("wd_ratio", wd_ratio), ("lr", lr), ("wd", wd)):
+        check_real(name, value, above=0)
     check_momentum(momentum)
     t = np.asarray(steps, dtype=float)
     q = lr_ratio / wd_ratio
@@ -188,10 +188,7 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
     as u_k = η/λ + (u_start − η/λ) e^{−(k − k_start)/τ_θ} from the first phase's equilibrium (units where the
     equilibrium effective lr is √(ηλ))."""
     lr, wd = np.broadcast_arrays(np.asarray(lr, dtype=float), np.asarray(wd, dtype=float))
-    if lr.ndim != 1 or len(lr) == 0:
-        raise ValueError(f"lr and wd must be per-step arrays with at least one step; got shape {lr.shape}")
-    if not (np.isfinite(lr).all() and np.isfinite(wd).all() and (lr > 0).all() and (wd > 0).all()):
-        raise ValueError("lr and wd must be finite and > 0 at every step")
+    lr, wd = per_step_array("lr", lr, None, "> 0"), per_step_array("wd", wd, None, "> 0")
     check_momentum(momentum)
     starts = np.concatenate([[0], np.flatnonzero((np.diff(lr) != 0) | (np.diff(wd) != 0)) + 1, [len(lr)]])
     u, out = lr[0] / wd[0], np.empty(len(lr))
@@ -202,12 +199,6 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
         out[begin:end] = eta / np.sqrt(relaxed)
         u = relaxed[-1]
     return out
-
-
-def _check_positive(**values) -> None:
-    for name, value in values.items():
-        if not (is_real(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
 
 
 def effective_lr_gap(twin, original) -> float:

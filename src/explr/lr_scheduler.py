@@ -85,17 +85,15 @@ class PerStepLR(LRScheduler):
         :class:`~explr.schedules.PlainSchedule` (``wd`` omitted).
     :param wd: a real number or (steps,) array of weight decays (default 0; negative values allowed).
     :param rescale_above: optional float in (lr[0], :func:`max_rescale_above` of the parameters' dtype]: once the lr
-        would pass it, (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²) with c = 2^−j; without it, an lr beyond the dtype
-        raises ``OverflowError`` naming the step.
+        would pass it, the rescaling by c = 2^−j; without it, an lr beyond the dtype is an ``OverflowError``.
     :param model: optional ``nn.Module`` whose running statistics follow every rescaling (``check_invariance``:
         warn at the first one if its outputs at θ and 2^8·θ differ by more than ``INVARIANCE_TOLERANCE``).
     :param on_rescale: optional callable ``on_rescale(c)``, called after every rescaling.
     :param last_epoch: as torch's.  ``state_dict()`` holds ``STATE_KEYS``; ``load_state_dict`` resumes exactly and
         refuses another schedule or other settings.  More: docs/maths-notes.md, "PerStepLR's parameters".
 
-    Example: an exponential schedule of 1,000 steps whose lr reaches 3,709, played below ``rescale_above``: eight
-    rescalings by c = 1/2 leave the weights at 2^−8 and the lr at 4^−8 of the schedule's (a complete training loop:
-    the API page's quick start):
+    Example: an exponential schedule whose lr reaches 3,709, played below ``rescale_above``: eight rescalings by
+    c = 1/2 leave the weights at 2^−8 and the lr at 4^−8 of the schedule's (a full loop: the API page's quick start):
 
     >>> import torch
     >>> from explr import PerStepLR
@@ -335,9 +333,8 @@ class PerStepLR(LRScheduler):
         self._probe = args  # a reference to the last training input, dropped at the first rescaling
 
     def _warn_if_not_invariant(self) -> None:
-        """Train-mode outputs on the last input at θ and at 2^8·θ (scale-invariant groups): equal for a
-        scale-invariant network up to BN's eps (scaling by a power of two is exact, and undone exactly).
-        Running statistics are restored afterwards, so training is untouched."""
+        """Warn unless the train-mode outputs on the last input at θ and 2^8·θ (an exact scaling, undone exactly) agree
+        within ``INVARIANCE_TOLERANCE``; the running statistics are restored, so training is untouched."""
         model, up = self.model, 2.0**8
         buffers = [(b, b.clone()) for b in model.buffers()]
         training = model.training

@@ -56,10 +56,8 @@ def check_milestones(milestones, epochs: int) -> np.ndarray:
     if ms is None or len(ms) != len(list(milestones)):
         raise ValueError(f"milestones must be a sequence of integer epochs; got {milestones!r}")
     if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
-        raise ValueError(
-            f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
-            f"got {list(milestones)!r}"
-        )
+        raise ValueError(f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
+                         f"got {list(milestones)!r}")
     return ms
 
 
@@ -146,7 +144,9 @@ class EquivalentSchedule:
         """(m_lr, e_lr, m_wd, e_wd) with lr̃_k = m_lr·2^e_lr and wd̃_k = m_wd·2^e_wd: finite mantissas and
         integer exponents, what :class:`~explr.lr_scheduler.PerStepLR` plays (``.lr``/``.wd`` are exactly
         ``np.ldexp`` of them)."""
-        m_lr, e_lr = split_powers_of_two(self.log_lr)
+        log_lr = np.asarray(self.log_lr, dtype=np.float64)
+        e_lr = np.floor(log_lr / math.log(2.0)).astype(np.int64) + 1  # m_lr in [1/2, 1) up to rounding
+        m_lr = np.exp(log_lr - e_lr * math.log(2.0))
         return m_lr, e_lr, self.lr_wd / m_lr, -e_lr
 
     @cached_property
@@ -223,16 +223,6 @@ class PlainSchedule:
 Schedule = EquivalentSchedule | PlainSchedule
 
 
-def split_powers_of_two(log_x) -> tuple[np.ndarray, np.ndarray]:
-    """(m, e) with x = m · 2^e, m ∈ [1/2, 1) up to rounding and e an integer, from ln x (any size)."""
-    log_x = np.asarray(log_x, dtype=np.float64)
-    exponent = np.floor(log_x / _LN2).astype(np.int64) + 1
-    return np.exp(log_x - exponent * _LN2), exponent
-
-
-_LN2 = math.log(2.0)
-
-
 # ----------------------------------------------------------------------------- the root α
 def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ: the larger root
@@ -257,28 +247,16 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
             f"lr*wd = {product:.6g} (lr={lr!r}, wd={wd!r}) is outside the valid range "
             f"0 <= lr*wd {'<' if gamma == 0 else '<='} (1 - sqrt(momentum))^2 = {limit:.6g} for "
             f"momentum={gamma!r}: x^2 - (1 + momentum - lr*wd) x + momentum = 0 has no positive "
-            "real root, so no exponential-LR equivalent exists"
-        )
+            "real root, so no exponential-LR equivalent exists")
     b = 1.0 + gamma - product
     disc = max(b * b - 4.0 * gamma, 0.0)  # may round to a tiny negative at the boundary
     return (b + math.sqrt(disc)) / 2.0
 
 
 # ----------------------------------------------------------------------------- core construction
-def _phase_starts(lr: np.ndarray, wd: np.ndarray) -> np.ndarray:
-    """Boolean mask: True at k = 0 and wherever (lr_k, wd_k) differs from step k−1."""
-    starts = np.ones(len(lr), dtype=bool)
-    starts[1:] = (lr[1:] != lr[:-1]) | (wd[1:] != wd[:-1])
-    return starts
-
-
 def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSchedule:
-    """The shared construction (docs/maths-notes.md, "Schedules"), in log space.
-
-    ``target[k]`` is the chosen α_{k+1} (``None``: TEXP++'s α_{k+1} = â_{k+1}, no correction);
-    ``correct[k]`` says whether step k applies the correction lr̃_k c_k = 1 − â_{k+1}/α_{k+1}
-    (otherwise it is dropped, which is exact only where α_{k+1} = â_{k+1}).
-    """
+    """The shared construction in log space (docs/maths-notes.md, "Schedules"): ``target[k]`` is the chosen α_{k+1}
+    (``None``: TEXP++'s â_{k+1}), ``correct[k]`` whether step k applies lr̃_k c_k = 1 − â_{k+1}/α_{k+1}."""
     steps = len(lr)
     lr_wd = np.zeros(steps)
     log_p = np.zeros(steps + 1)  # ln P_k
@@ -292,8 +270,7 @@ def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSch
             raise ValueError(
                 f"{name}: the weight-shrink factor of step {k} is {a_next:.6g} <= 0 "
                 f"(lr={lr[k]!r}, wd={wd[k]!r}, momentum={gamma!r}); lr*wd is too large for an "
-                "equivalent schedule to exist"
-            )
+                "equivalent schedule to exist")
         log_p[k + 1] = log_p[k] - math.log(a_next)
         if correct is not None and correct[k]:
             lr_wd[k] = (a_next - a_hat) / a_next
@@ -351,7 +328,8 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     gamma = check_momentum(momentum)
     lr_arr = per_step_array("lr", lr, None, "> 0")
     wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
-    starts = _phase_starts(lr_arr, wd_arr)
+    starts = np.ones(len(lr_arr), dtype=bool)  # where (lr_k, wd_k) differs from step k − 1
+    starts[1:] = (lr_arr[1:] != lr_arr[:-1]) | (wd_arr[1:] != wd_arr[:-1])
     target = np.empty(len(lr_arr))
     for k in np.flatnonzero(starts):
         try:
@@ -359,11 +337,8 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
         except ValueError as err:
             raise ValueError(f"texp: phase starting at step {k}: {err}") from None
         target[k:] = a  # overwritten by the next phase
-    if corrections == "all":
-        correct = starts
-    else:
-        correct = np.zeros(len(lr_arr), dtype=bool)
-        correct[0] = corrections == "start"
+    correct = starts.copy() if corrections == "all" else np.zeros(len(lr_arr), dtype=bool)
+    correct[0] = corrections != "none"
     return _equivalent(lr_arr, wd_arr, gamma, f"texp[{corrections}]", target=target, correct=correct)
 
 

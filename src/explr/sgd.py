@@ -37,8 +37,7 @@ class Trajectory:
     lrs: np.ndarray
     #: the final equivalent-rescaling factor R of the scheduler (1 without).
     rescale: float
-    #: (records,) log2 R at the recorded steps: ``norms`` are in the optimizer's units, ‖θ_k‖·√R, so the
-    #: schedule's own norm is ``norms`` · 2^(−log2_rescales/2).
+    #: (records,) log2 R at the recorded steps: ``norms`` are ‖θ_k‖·√R, in the optimizer's units.
     log2_rescales: np.ndarray
     #: how many rescalings the scheduler applied.
     rescale_count: int
