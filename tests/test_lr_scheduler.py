@@ -685,8 +685,8 @@ def _sgd(dtype=torch.float32):
 
 @pytest.mark.usefixtures("one_thread")
 class TestHostileInput:
-    """The hostile-input probe's defect 18: PerStepLR refuses a ChainedScheduler, odd or non-integer progress in
-    a state and a ``rescale_above`` its parameters' dtype cannot hold, before any step runs."""
+    """The hostile-input probe's defect 18: PerStepLR refuses a ChainedScheduler and a ``rescale_above`` its
+    parameters' dtype cannot hold, before any step runs."""
 
     @pytest.mark.parametrize("first", [True, False])
     def test_a_chained_scheduler_with_per_step_lr_is_refused_at_construction(self, first):
