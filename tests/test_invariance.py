@@ -227,8 +227,10 @@ def test_chained_prediction_of_texp_minus_minus_against_step_decay():
 
 
 def test_chained_model_refuses_bad_schedules():
-    with pytest.raises(ValueError, match="lr and wd"):
+    with pytest.raises(ValueError, match=r"lr must be finite real numbers > 0 at every step; lr\[1\] = -0.1"):
         chained_effective_lr([0.1, -0.1], 5e-4)
+    with pytest.raises(ValueError, match=r"lr must be a per-step array of one or more entries"):
+        chained_effective_lr(0.1, 5e-4)
     with pytest.raises(ValueError, match="momentum"):
         chained_effective_lr([0.1], 5e-4, momentum=1.0)
     assert norm_relaxation_time(0.1, 5e-4, 0.9) == pytest.approx(500)

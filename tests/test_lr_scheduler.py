@@ -26,10 +26,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from explr import PerStepLR, lr_scheduler, scheduler_state
+from explr import PerStepLR, lr_scheduler
+from explr.lr_scheduler import check_rescale_above
 from explr.invariance import make_scale_invariant
 from explr.models import bn_mlp, invariant_bn_mlp
-from explr.schedules import step_decay, texp
+from explr.schedules import PlainSchedule, step_decay, texp
 
 from digits_helpers import digit_batches
 
@@ -120,11 +121,11 @@ def test_resuming_with_another_schedule_is_refused():
 @pytest.mark.parametrize(
     "lr,wd,kw,match",
     [
-        ([], 0.0, {}, "non-empty"),
+        ([], 0.0, {}, "lr must be a per-step array of one or more entries"),
         ([0.1, -0.1], 0.0, {}, "> 0"),
         ([0.1, float("nan")], 0.0, {}, "finite"),
         ([0.1, 0.1], [0.0, float("inf")], {}, "wd must be finite"),
-        ([0.1, 0.1], [0.0, 0.0, 0.0], {}, "wd must be a scalar or an array of 2"),
+        ([0.1, 0.1], [0.0, 0.0, 0.0], {}, "wd must be a per-step array of 2 entries or a scalar"),
         ([0.1, 0.1], 0.0, {"rescale_above": 0.05}, "rescale_above must be"),
         ([0.1, 0.1], 0.0, {"rescale_above": "1e3"}, "rescale_above must be"),
     ],
@@ -284,8 +285,10 @@ def test_the_optimizer_must_use_the_schedules_momentum(kw):
 
 
 def test_an_equivalent_schedule_brings_its_own_weight_decay():
-    with pytest.raises(ValueError, match="wd must be omitted"):
+    with pytest.raises(ValueError, match="wd must be omitted when lr is a EquivalentSchedule"):
         PerStepLR(one_param_sgd(), SCHEDULE, 5e-4)
+    with pytest.raises(ValueError, match="wd must be omitted when lr is a PlainSchedule"):
+        PerStepLR(one_param_sgd(), PlainSchedule(LR, 5e-4), 5e-4)
 
 
 # ----------------------------------------------------------------------------- defect 5: composition
@@ -446,7 +449,7 @@ def test_state_dict_holds_exactly_the_declared_keys():
     play(opt, sched, 120)
     sched.some_new_attribute = 1  # a new attribute does not silently enter checkpoints
     state = sched.state_dict()
-    assert list(state) == list(scheduler_state.STATE_KEYS)
+    assert list(state) == list(lr_scheduler.STATE_KEYS)
     _, opt2, sched2 = fresh(rescale_above=0.105)
     sched2.load_state_dict(pickle.loads(pickle.dumps(state)))
     assert pickle.dumps(sched2.state_dict()) == pickle.dumps(state)  # bit-identical
@@ -469,6 +472,16 @@ def test_learning_rates_and_weight_decays_must_be_real_numbers(lr, wd, match):
     rule = "finite real numbers > 0" if name == "lr" else "finite real numbers"
     with pytest.raises(TypeError, match=f"{match} is not a real number: {name} must be {rule}"):
         PerStepLR(opt, lr, wd)
+
+
+def test_check_rescale_above_is_the_rule_the_scheduler_applies():
+    for value in (0.1, 0.05, math.nan, True, 1e39):
+        with pytest.raises(ValueError, match=r"rescale_above must be a finite number > lr\[0\] = 0.1"):
+            check_rescale_above(value, 0.1, torch.float32)
+        with pytest.raises(ValueError, match=r"rescale_above must be a finite number > lr\[0\] = 0.1"):
+            PerStepLR.from_schedule(_sgd(), SCHEDULE, rescale_above=value)
+    check_rescale_above(1e39, 0.1, torch.float64)
+    check_rescale_above(0.105, 0.1, None)
 
 
 def test_from_schedule_names_the_types_it_accepts():
@@ -672,8 +685,8 @@ def _sgd(dtype=torch.float32):
 
 @pytest.mark.usefixtures("one_thread")
 class TestHostileInput:
-    """The hostile-input probe's defect 18: PerStepLR refuses a ChainedScheduler, odd or non-integer progress in
-    a state and a ``rescale_above`` its parameters' dtype cannot hold, before any step runs."""
+    """The hostile-input probe's defect 18: PerStepLR refuses a ChainedScheduler and a ``rescale_above`` its
+    parameters' dtype cannot hold, before any step runs."""
 
     @pytest.mark.parametrize("first", [True, False])
     def test_a_chained_scheduler_with_per_step_lr_is_refused_at_construction(self, first):

@@ -19,7 +19,6 @@ from explr.schedules import (
     exp_lr,
     per_step_array,
     plain_arrays,
-    real_array,
     step_decay,
     texp,
     texp_minus_minus,
@@ -61,8 +60,8 @@ def test_alpha_at_the_boundary_is_sqrt_gamma():
     [
         (dict(lr=0.1, wd=0.1, momentum=0.9), ["lr*wd", "(1 - sqrt(momentum))^2", "no positive real root"]),
         (dict(lr=1.0, wd=1.0, momentum=0.0), ["lr*wd", "momentum=0"]),
-        (dict(lr=0.0, wd=1e-4, momentum=0.9), ["lr must be > 0"]),
-        (dict(lr=-0.1, wd=1e-4, momentum=0.9), ["lr must be > 0"]),
+        (dict(lr=0.0, wd=1e-4, momentum=0.9), ["lr must be a finite number > 0"]),
+        (dict(lr=-0.1, wd=1e-4, momentum=0.9), ["lr must be a finite number > 0"]),
         (dict(lr=0.1, wd=-1e-4, momentum=0.9), ["wd must be >= 0"]),
         (dict(lr=0.1, wd=1e-4, momentum=1.0), ["momentum", "[0, 1)"]),
         (dict(lr=0.1, wd=1e-4, momentum=-0.1), ["momentum", "[0, 1)"]),
@@ -170,9 +169,9 @@ def test_texp_minus_minus_is_texp_of_constant_lr_with_cut_wd():
 
 
 def test_converters_validate_their_input():
-    with pytest.raises(ValueError, match="lr must be finite and > 0.*lr\\[3\\]"):
+    with pytest.raises(ValueError, match="lr must be finite real numbers > 0.*lr\\[3\\]"):
         texp_plus_plus([0.1, 0.1, 0.1, 0.0], 1e-4, 0.9)
-    with pytest.raises(ValueError, match="wd has 2 entries but the schedule has 3 steps"):
+    with pytest.raises(ValueError, match=r"wd must be a per-step array of 3 entries or a scalar; got shape \(2,\)"):
         texp([0.1, 0.1, 0.1], [1e-4, 1e-4], 0.9)
     with pytest.raises(ValueError, match="phase starting at step 2.*lr\\*wd"):
         texp([0.1, 0.1, 1.0, 1.0], [1e-4, 1e-4, 0.1, 0.1], 0.9)
@@ -258,14 +257,16 @@ def test_scalars_are_returned_checked_and_refused_with_their_name():
 
 
 def test_per_step_arrays_broadcast_scalars_and_name_the_first_bad_step():
-    np.testing.assert_array_equal(per_step_array("wd", 0.5, 3, positive=False), [0.5, 0.5, 0.5])
-    assert per_step_array("wd", [0.0, 1.0], 2, positive=False)[0] == 0.0   # wd = 0 is allowed
-    with pytest.raises(ValueError, match=r"^lr must be finite and > 0 at every step; lr\[2\] = 0.0$"):
-        per_step_array("lr", [0.1, 0.2, 0.0, -1.0], None, positive=True)
-    with pytest.raises(ValueError, match=r"wd must be finite and >= 0 at every step; wd\[1\] = -0.1$"):
-        per_step_array("wd", [0.0, -0.1], 2, positive=False)
-    with pytest.raises(ValueError, match="wd has 3 entries but the schedule has 2 steps"):
-        per_step_array("wd", [0.0, 0.1, 0.2], 2, positive=False)
+    np.testing.assert_array_equal(per_step_array("wd", 0.5, 3, ">= 0"), [0.5, 0.5, 0.5])
+    assert per_step_array("wd", [0.0, 1.0], 2, ">= 0")[0] == 0.0   # wd = 0 is allowed
+    with pytest.raises(ValueError, match=r"^lr must be finite real numbers > 0 at every step; lr\[2\] = 0.0$"):
+        per_step_array("lr", [0.1, 0.2, 0.0, -1.0], None, "> 0")
+    with pytest.raises(ValueError, match=r"wd must be finite real numbers >= 0 at every step; wd\[1\] = -0.1$"):
+        per_step_array("wd", [0.0, -0.1], 2, ">= 0")
+    with pytest.raises(ValueError, match=r"wd must be a per-step array of 2 entries or a scalar; got shape \(3,\)"):
+        per_step_array("wd", [0.0, 0.1, 0.2], 2, ">= 0")
+    with pytest.raises(ValueError, match=r"lr must be a per-step array of one or more entries; got shape \(\)"):
+        per_step_array("lr", 0.1, None, "> 0")
 
 
 def test_plain_arrays_allow_any_finite_wd_and_refuse_what_is_not_a_number():
@@ -273,8 +274,8 @@ def test_plain_arrays_allow_any_finite_wd_and_refuse_what_is_not_a_number():
     assert lr.dtype == np.float64 and wd == -0.5
     with pytest.raises(ValueError, match=r"^wd must be finite real numbers at every step; wd\[1\] = nan"):
         plain_arrays([0.1, 0.2], [0.0, float("nan")])
-    with pytest.raises(TypeError, match=r"lr\[1\] = True \(bool\) is not a real number"):
-        real_array("lr", [0.1, True])
+    with pytest.raises(TypeError, match=r"lr\[1\] = True \(bool\) is not a real number: lr must be finite real"):
+        per_step_array("lr", [0.1, True], None, "> 0")
 
 
 # ----------------------------------------------------------------------------- function-space equivalence

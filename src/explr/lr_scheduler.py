@@ -1,20 +1,14 @@
 """A drop-in PyTorch scheduler that plays a per-step (lr, weight decay) schedule into an optimizer.
 
-:class:`PerStepLR` plays any schedule of :mod:`explr.schedules`: call ``sched.step()`` after every
-``optimizer.step()``.  With ``rescale_above`` it applies the equivalent rescaling of Li & Arora (Definition 2.3,
-momentum form of Lemma 2.6),
-
-    (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²),   c = 2^−j,
-
-whenever the lr would exceed it, so that an exponential schedule runs for any length in float32 or bf16 (``model=``:
-its BN running statistics follow).  A param group marked ``"scale_invariant": False`` keeps its own weight decay
-and is never rescaled.  After another scheduler in ``SequentialLR`` it is supported; a ``ChainedScheduler``
-holding it, or another lr change between two of its steps, is refused with ``RuntimeError``.  The schedule lives on
-the host: stepping does not synchronise with the device.  Details: docs/maths-notes.md, "PerStepLR".
+:class:`PerStepLR` plays any schedule of :mod:`explr.schedules`; with ``rescale_above`` it applies the equivalent
+rescaling (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²), c = 2^−j, of Li & Arora (Definition 2.3, momentum form of
+Lemma 2.6) whenever the lr would exceed it, so an exponential schedule runs for any length in float32 or bf16.
+Param groups, composition with other schedulers, the host-only schedule: docs/maths-notes.md, "PerStepLR".
 """
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import sys
 import warnings
@@ -25,21 +19,19 @@ from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
 from .params import is_real
-from .schedules import EquivalentSchedule, PlainSchedule
-from .scheduler_state import (GROUP_LR_RULE, PROGRESS_KEYS, STATE_KEYS, check_loadable, fingerprint, is_group_lr,
-                              log2_at, played_arrays, trajectory)
+from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
 #: Param-group key: ``False`` keeps the group out of the schedule's weight decay and out of rescaling.
 INVARIANT_KEY = "scale_invariant"
-
-
+#: ``state_dict()``'s keys that hold the progress, which ``load_state_dict`` restores.
+PROGRESS_KEYS = ("last_epoch", "_step_count", "_last_lr", "_own_weight_decay", "log2_rescale", "rescale_count")
+#: ``state_dict()``'s keys: the progress, then the settings, which ``load_state_dict`` checks.
+STATE_KEYS = PROGRESS_KEYS + ("steps", "fingerprint", "momentum", "rescale_above", "base_lrs")
 #: Relative change of the model's outputs under θ → 2^8·θ above which the first rescaling warns that the
 #: optimizer's parameters are not scale invariant (an invariant network changes only through BN's eps).
 INVARIANCE_TOLERANCE = 1e-3
-
-
 #: why PerStepLR cannot be combined with another scheduler acting at the same steps.
 _COMPOSITION = ("PerStepLR writes absolute per-step values, so it cannot run in a ChainedScheduler or next to manual "
                 "lr changes; use SequentialLR to run schedulers one after another")
@@ -47,11 +39,8 @@ _CHAINED_INIT = ChainedScheduler.__init__.__code__
 
 
 def max_rescale_above(dtype) -> float:
-    """The largest ``rescale_above`` for parameters of ``dtype``: a quarter of its largest value.
-
-    PerStepLR rescales as soon as the lr would exceed ``rescale_above`` (compared in log2, so up to rounding),
-    and a rescaling moves the lr by powers of 4: one rescaling quantum of headroom keeps every played lr below
-    the dtype's largest value (float16: 65504 / 4 = 16376).
+    """The largest ``rescale_above`` for parameters of ``dtype``: a quarter of its largest value (a rescaling moves
+    the lr by powers of 4, so one quantum of headroom keeps every played lr finite; float16: 65504 / 4 = 16376).
 
     Example:
 
@@ -75,11 +64,9 @@ def check_rescale_above(rescale_above, first_lr: float, dtype) -> None:
     >>> import torch
     >>> from explr.lr_scheduler import check_rescale_above
     >>> check_rescale_above(1e3, 0.1, torch.float32)  # passes
-    >>> try:
-    ...     check_rescale_above(0.05, 0.1, torch.float32)
-    ... except ValueError as err:
-    ...     print(str(err).split(" and ")[0])
-    rescale_above must be a finite number > lr[0] = 0.1
+    >>> check_rescale_above(0.05, 0.1, torch.float32)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: rescale_above must be a finite number > lr[0] = 0.1 and at most ...
     """
     limit = max_rescale_above(dtype) if dtype is not None else math.inf
     if not (is_real(rescale_above) and first_lr < rescale_above <= limit):
@@ -98,17 +85,15 @@ class PerStepLR(LRScheduler):
         :class:`~explr.schedules.PlainSchedule` (``wd`` omitted).
     :param wd: a real number or (steps,) array of weight decays (default 0; negative values allowed).
     :param rescale_above: optional float in (lr[0], :func:`max_rescale_above` of the parameters' dtype]: once the lr
-        would pass it, (θ, v, lr, wd) → (cθ, v/c, c²·lr, wd/c²) with c = 2^−j; without it, an lr beyond the dtype
-        raises ``OverflowError`` naming the step.
+        would pass it, the rescaling by c = 2^−j; without it, an lr beyond the dtype is an ``OverflowError``.
     :param model: optional ``nn.Module`` whose running statistics follow every rescaling (``check_invariance``:
         warn at the first one if its outputs at θ and 2^8·θ differ by more than ``INVARIANCE_TOLERANCE``).
     :param on_rescale: optional callable ``on_rescale(c)``, called after every rescaling.
     :param last_epoch: as torch's.  ``state_dict()`` holds ``STATE_KEYS``; ``load_state_dict`` resumes exactly and
         refuses another schedule or other settings.  More: docs/maths-notes.md, "PerStepLR's parameters".
 
-    Example: an exponential schedule of 1,000 steps whose lr reaches 3,709, played below ``rescale_above``: eight
-    rescalings by c = 1/2 leave the weights at 2^−8 and the lr at 4^−8 of the schedule's (a complete training loop:
-    the API page's quick start):
+    Example: an exponential schedule whose lr reaches 3,709, played below ``rescale_above``: eight rescalings by
+    c = 1/2 leave the weights at 2^−8 and the lr at 4^−8 of the schedule's (a full loop: the API page's quick start):
 
     >>> import torch
     >>> from explr import PerStepLR
@@ -130,16 +115,25 @@ class PerStepLR(LRScheduler):
 
     def __init__(self, optimizer, lr, wd=None, *, rescale_above: float | None = None, model=None,
                  on_rescale=None, check_invariance: bool = True, last_epoch: int = -1):
-        self.momentum, self._lr, self._wd, self._exponents = played_arrays(lr, wd)
-        if self.momentum is not None:
+        if isinstance(lr, (PlainSchedule, EquivalentSchedule)) and wd is not None:
+            raise ValueError(f"wd must be omitted when lr is a {type(lr).__name__}: its weight decay is part of it")
+        if isinstance(lr, PlainSchedule):
+            lr, wd = lr.lr, lr.wd
+        self.momentum, self._exponents = None, None
+        if isinstance(lr, EquivalentSchedule):
+            self.momentum, (self._lr, e_lr, self._wd, e_wd) = float(lr.momentum), lr.parts()
+            self._exponents = (e_lr, e_wd)
             _check_sgd_momentum(optimizer, self.momentum)
+        else:
+            self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
+        dtype = _smallest_dtype(optimizer)
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
                     f"rescale_above needs torch.optim.SGD; got {type(optimizer).__name__}: the equivalent "
                     "rescaling (θ, v) → (cθ, v/c) keeps only SGD's trajectory (other optimizers keep other "
                     "state, and Adam-type updates are not homogeneous in θ)")
-            check_rescale_above(rescale_above, math.ldexp(*self._parts_at(0)[:2]), _smallest_dtype(optimizer))
+            check_rescale_above(rescale_above, math.ldexp(*self._parts_at(0)[:2]), dtype)
         # every group keeps its ratio to the first one; torch's base_lrs are the groups' 'initial_lr' when set
         groups = optimizer.param_groups
         bases = [_group_number(g, i, "initial_lr" if "initial_lr" in g else "lr") for i, g in enumerate(groups)]
@@ -158,10 +152,12 @@ class PerStepLR(LRScheduler):
         self._probe, self._probe_hook = None, None
         if model is not None and rescale_above is not None and check_invariance:
             self._probe_hook = model.register_forward_pre_hook(self._keep_input)
-        self.fingerprint = fingerprint(self._lr, self._wd, self._exponents)
+        digest = hashlib.sha256()  # names the schedule in a state: the first 16 hex digits of the played arrays'
+        for array in (self._lr, self._wd, *(self._exponents or ())):
+            digest.update(np.ascontiguousarray(array))
+        self.fingerprint = digest.hexdigest()[:16]
         self._own_weight_decay = [_group_number(g, i, "weight_decay") if "weight_decay" in g else None
                                   for i, g in enumerate(groups)]
-        dtype = _smallest_dtype(optimizer)
         self._dtype_max = float(torch.finfo(dtype).max) if dtype is not None else math.inf
         super().__init__(optimizer, last_epoch)
 
@@ -179,9 +175,8 @@ class PerStepLR(LRScheduler):
     # ------------------------------------------------------------------ position and values
     @property
     def optimizer(self):
-        """The optimizer (torch's attribute).  ``ChainedScheduler.__init__`` reads it from every scheduler it chains
-        before it stores them, and nothing else of them: that read is refused (``RuntimeError``), so a chain holding
-        this scheduler is never built (docs/maths-notes.md, PerStepLR, *Composition*)."""
+        """The optimizer (torch's attribute); ``ChainedScheduler.__init__``'s read of it, before it stores any
+        scheduler, is refused with ``RuntimeError`` (docs/maths-notes.md, PerStepLR, *Composition*)."""
         if sys._getframe(1).f_code is _CHAINED_INIT:
             raise RuntimeError(f"PerStepLR: {_COMPOSITION}")
         return self._optimizer
@@ -300,7 +295,8 @@ class PerStepLR(LRScheduler):
             self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
 
     def _log2_lr(self, k: int) -> float:
-        return log2_at(self._lr, self._exponents, k)
+        m_lr, e_lr, _, _ = self._parts_at(k)
+        return math.log2(m_lr) + e_lr
 
     @torch.no_grad()
     def _apply_rescaling(self, j: int) -> None:
@@ -337,9 +333,8 @@ class PerStepLR(LRScheduler):
         self._probe = args  # a reference to the last training input, dropped at the first rescaling
 
     def _warn_if_not_invariant(self) -> None:
-        """Train-mode outputs on the last input at θ and at 2^8·θ (scale-invariant groups): equal for a
-        scale-invariant network up to BN's eps (scaling by a power of two is exact, and undone exactly).
-        Running statistics are restored afterwards, so training is untouched."""
+        """Warn unless the train-mode outputs on the last input at θ and 2^8·θ (an exact scaling, undone exactly) agree
+        within ``INVARIANCE_TOLERANCE``; the running statistics are restored, so training is untouched."""
         model, up = self.model, 2.0**8
         buffers = [(b, b.clone()) for b in model.buffers()]
         training = model.training
@@ -377,42 +372,45 @@ class PerStepLR(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict) -> None:
-        """Restore the position and the rescaling; refuse a state whose settings differ from this scheduler's, or
-        whose progress this scheduler could not have reached (:func:`~explr.scheduler_state.check_loadable`), with ``ValueError`` before
-        anything is changed."""
-        check_loadable(state_dict, trajectory(self.state_dict()), self._lr, self._exponents,
-                        self.rescale_above)
+        """Restore the position and the rescaling; refuse a state of other keys or other settings (the schedule, its
+        momentum, ``rescale_above``, the groups' lr ratios) with ``ValueError`` before anything is changed."""
+        keys = set(state_dict) if isinstance(state_dict, dict) else set()
+        if keys != set(STATE_KEYS):
+            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {sorted(set(STATE_KEYS) - keys)}"
+                             f", unexpected {sorted(keys - set(STATE_KEYS))}")
+        saved = _trajectory(state_dict)
+        for name, value in _trajectory(self.state_dict()).items():
+            if saved[name] != value:
+                raise ValueError(
+                    f"PerStepLR.load_state_dict: the saved state has {name} = {saved[name]!r}, this scheduler "
+                    f"{value!r}: it belongs to a different schedule or setup; build the scheduler as the saved "
+                    "one was built before resuming")
         for key in PROGRESS_KEYS[1:]:
             setattr(self, key, copy.copy(state_dict[key]))
         self._last_epoch = state_dict["last_epoch"]
         if self._last_epoch >= 0:  # the optimizer's lr and weight decay as they were when the state was saved
             self._update_lr(self._last_epoch)
 
-    @classmethod
-    def check_state_dict(cls, state_dict, schedule, *, rescale_above: float | None = None,
-                         lr_ratios=(1.0,)) -> None:
-        """Refuse, with the ``ValueError`` of :meth:`load_state_dict`, a state that a ``PerStepLR`` playing
-        ``schedule`` (an ``EquivalentSchedule`` or a ``PlainSchedule``) with ``rescale_above``, over param groups
-        whose lrs stand in ``lr_ratios`` to the first one's, would refuse: a check made before the optimizer
-        exists (a run's checkpoint, before its network is built)."""
-        momentum, lr, wd, exponents = played_arrays(schedule, None)
-        ratios = [float(r) for r in lr_ratios]
-        ours = {"steps": len(lr), "fingerprint": fingerprint(lr, wd, exponents), "momentum": momentum,
-                "rescale_above": None if rescale_above is None else float(rescale_above),
-                "param groups": len(ratios), "lr ratios of the param groups": ratios}
-        check_loadable(state_dict, ours, lr, exponents, ours["rescale_above"])
+
+def _trajectory(state: dict) -> dict:
+    """The settings of a state that define the trajectory (the groups' lrs enter only through their ratios)."""
+    bases = [float(base) for base in state["base_lrs"]]
+    return {"steps": state["steps"], "fingerprint": state["fingerprint"], "momentum": state["momentum"],
+            "rescale_above": state["rescale_above"], "param groups": len(bases),
+            "lr ratios of the param groups": [base / bases[0] for base in bases]}
 
 
 def _group_number(group: dict, i: int, key: str) -> float:
-    """``group[key]`` (a number or a one-element tensor) as a float: ``GROUP_LR_RULE`` for an lr, finite for a
-    weight decay; ``ValueError`` naming the group, the key and the value otherwise."""
+    """``group[key]`` (a number or a one-element tensor) as a float: > 0 for an lr, finite for a weight decay;
+    ``ValueError`` naming the group, the key and the value otherwise."""
     value = group[key]
     number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
-    ok, rule = (is_real(number), "a finite number") if key == "weight_decay" else (is_group_lr(number), GROUP_LR_RULE)
+    lr = key != "weight_decay"
+    ok, rule = is_real(number) and (number > 0 or not lr), "a finite number > 0" if lr else "a finite number"
     if not ok:
         shown = value if isinstance(value, torch.Tensor) else number
         raise ValueError(f"PerStepLR: param group {i} has {key} = {shown!r}; it must be {rule}"
-                         + ("" if key == "weight_decay" else " (every group keeps its lr ratio to the first one)"))
+                         + (" (every group keeps its lr ratio to the first one)" if lr else ""))
     return float(number)
 
 

@@ -21,13 +21,10 @@ def _seed(seed) -> None:
 
 
 def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=False, seed=None):
-    """Linear → BatchNorm1d → ReLU blocks, then a linear classifier.
+    """Linear → BatchNorm1d(``eps``) → ReLU blocks, then a linear classifier, initialised from ``seed``.
 
-    ``eps``: BN's epsilon (1e-5 by default; the exactness experiments use ~1e-300 in float64,
-    since torch refuses exactly 0).  ``running_stats=False`` makes BN use batch statistics in
-    eval mode too (``track_running_stats=False``), which keeps the network scale invariant;
-    ``True`` gives the usual running averages.  ``seed`` makes the initialisation reproducible.
-    Call :func:`explr.invariance.make_scale_invariant` on it to freeze what breaks invariance.
+    ``running_stats=False``: BN uses batch statistics in eval mode too, which keeps the network scale invariant
+    (then :func:`explr.invariance.make_scale_invariant` freezes what breaks invariance).
     """
     eps = float(checked("eps", eps, Float(0)))
     _seed(seed)
@@ -40,11 +37,8 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
 
 
 def invariant_bn_mlp(hidden=(64, 64), eps=1e-300, dtype=torch.float64, seed=0, **kwargs) -> nn.Sequential:
-    """The digits BN MLP made exactly scale invariant: :func:`bn_mlp` with a tiny ``eps`` and batch
-    statistics, in ``dtype``, then :func:`explr.invariance.make_scale_invariant` (BN affine and the last
-    layer frozen).  The one builder of the network that the exactness experiments (chapters 2, 3, 5,
-    ``tests/``) train; ``kwargs`` go to :func:`bn_mlp`.
-    """
+    """The digits BN MLP of the exactness experiments, exactly scale invariant: :func:`bn_mlp` (``kwargs`` too) with a
+    tiny ``eps`` and batch statistics, in ``dtype``, then :func:`explr.invariance.make_scale_invariant`."""
     from .invariance import make_scale_invariant
 
     model = bn_mlp(hidden=hidden, eps=eps, seed=seed, **kwargs).to(dtype)
@@ -53,12 +47,8 @@ def invariant_bn_mlp(hidden=(64, 64), eps=1e-300, dtype=torch.float64, seed=0, *
 
 
 class PreActBlock(nn.Module):
-    """BN → ReLU → conv3×3(stride) → BN → ReLU → conv3×3, plus the shortcut.
-
-    The shortcut is the identity, or, where the shape changes, a 1×1 convolution of the
-    *pre-activated* input relu(bn1(x)) (He et al. 2016).  All convolutions have no bias, so the
-    block's output is positively homogeneous of degree 1 in (input, conv weights) jointly.
-    """
+    """BN → ReLU → conv3×3(stride) → BN → ReLU → conv3×3, plus the shortcut: the identity, or where the shape
+    changes a 1×1 conv of relu(bn1(x)) (He et al. 2016); no biases, so homogeneous of degree 1 in the weights."""
 
     def __init__(self, in_planes: int, planes: int, stride: int = 1, eps: float = 1e-5):
         super().__init__()
@@ -80,20 +70,11 @@ class PreActBlock(nn.Module):
 
 
 class PreResNet(nn.Module):
-    """Pre-activation ResNet for 32×32 images: depth = 6n + 2 (20, 32, 56, 110; the paper uses 32).
+    """Pre-activation ResNet for 32×32 images, depth = 6n + 2 (the paper uses 32): conv3×3(3→16) → three stages of
+    n :class:`PreActBlock` (16, 32, 64 channels) → BN → ReLU → global average pool → linear(64 → classes).
 
-    conv3×3(3→16) → three stages of n :class:`PreActBlock` (16, 32, 64 channels; stride 2 at the
-    start of stages 2 and 3) → BN → ReLU → global average pool → linear(64 → classes).
-
-    ``invariant=True`` (the paper's setting, Li & Arora 2020, Sec. 5): the affine parameters of every
-    BN are frozen at (1, 0) and the last linear layer is frozen at its random initialisation (Hoffer
-    et al. 2018), via :func:`explr.invariance.make_scale_invariant`.  Every BN input is then
-    homogeneous of degree 1 in the convolution weights θ, so the loss is scale invariant,
-    L(cθ) = L(θ) for c > 0 (up to BN's eps, and with batch statistics), which is what the
-    exponential schedules need.  ``invariant=False`` is the ordinary network, everything trainable.
-
-    ``seed`` makes the initialisation reproducible (Kaiming-normal convolutions, PyTorch's default
-    linear layer); the model is built on the CPU, so the same seed gives the same network on any device.
+    ``invariant=True`` (Li & Arora 2020, Sec. 5): :func:`explr.invariance.make_scale_invariant` freezes BN's affine
+    parameters and the last layer, so L(cθ) = L(θ) up to BN's eps.  ``seed``: the same network on any device.
     """
 
     def __init__(self, depth: int = 32, classes: int = 10, invariant: bool = True, eps: float = 1e-5, seed=None):
@@ -130,13 +111,8 @@ class PreResNet(nn.Module):
 
 @torch.no_grad()
 def rescale_running_statistics(model: nn.Module, c: float) -> None:
-    """After θ → cθ: running_mean → c·mean, running_var → c²·var in every module that has both buffers
-    (BatchNorm*, SyncBatchNorm, InstanceNorm with ``track_running_stats``).
-
-    Where every normalisation input is homogeneous of degree 1 in θ (the scale-invariant networks of
-    Li & Arora 2020, Sec. 5) this keeps the eval-mode network (running statistics) the same function,
-    as the train-mode one (batch statistics) already is.
-    """
+    """After θ → cθ: running_mean → c·mean, running_var → c²·var in every module that has both buffers, so an
+    eval-mode network whose normalisation inputs are homogeneous in θ stays the same function."""
     for m in model.modules():
         mean, var = getattr(m, "running_mean", None), getattr(m, "running_var", None)
         if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor):

@@ -1,20 +1,9 @@
 """One rule vocabulary for every parameter of the book: the chapters' parameters and the engine's settings.
 
-A *rule* says what values a parameter may take and how to say so in one line: ``rule.ok(value)``,
-``rule.rule()``, e.g. ``Int(1)`` → "an integer >= 1", and ``rule.parse(text)`` for a command-line value.
-The engine's :class:`~explr.cifar10.TrainConfig` declares each setting with one of these rules; a chapter
-checks its ``parameters`` cell with :func:`check_parameters`::
-
-    check_parameters(globals(), {
-        "steps": Int(20),
-        "lr": Float(0),
-        "wd": lambda: Float(0, (1 - math.sqrt(momentum)) ** 2 / lr, hi_open=False),
-    })
-
-which stops at the first parameter out of range with ``ValueError: steps = 3: must be an integer >= 20``.
-A rule may be given as a zero-argument callable: it is built only once the parameters before it have
-passed, so its bounds may use them.  A library function checks one argument the same way with
-:func:`checked` (``depth = int(checked("depth", depth, Int(8, modulo=(6, 2))))``).
+A rule says what values a parameter may take, in one line: ``rule.ok(value)``, ``rule.rule()`` (``Int(1)``: "an
+integer >= 1") and ``rule.parse(text)`` for a command-line value.  :class:`~explr.cifar10.TrainConfig` declares each
+setting with one; a chapter checks its ``parameters`` cell with :func:`check_parameters` (``ValueError: steps = 3:
+must be an integer >= 20``), a library function one argument with :func:`checked`.
 """
 from __future__ import annotations
 
@@ -25,19 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = [
-    "MAX_SEED",
-    "FLOAT64_MAX",
-    "Choice",
-    "Int",
-    "Float",
-    "Flag",
-    "Text",
-    "Folder",
-    "Numbers",
-    "check_parameters",
-    "checked",
-]
+__all__ = ["MAX_SEED", "FLOAT64_MAX", "Choice", "Int", "Float", "Flag", "Text", "Folder", "Numbers", "check_parameters",
+           "checked"]
 
 
 # The book's two number rules, written here once: every int or real-number check in ``src/`` goes through them
@@ -193,9 +171,6 @@ class Folder:
     def ok(self, v) -> bool:
         return isinstance(v, str) and bool(v) and (v in self.fetchable or Path(v).is_dir())
 
-    def parse(self, text: str):
-        return text
-
 
 @dataclass(frozen=True)
 class Numbers:
@@ -233,7 +208,7 @@ class Numbers:
 def check_parameters(namespace: dict, rules: dict) -> None:
     """Check ``namespace[name]`` against each rule of ``rules``, in order; the first value out of range raises
     ``ValueError("name = value: must be <rule>")``.  A rule given as a zero-argument callable is built when its
-    turn comes, after every earlier parameter passed (so its bounds may use them)."""
+    turn comes, so its bounds may use the parameters before it (``lambda: Float(0, 1 / lr)``)."""
     for name, rule in rules.items():
         if name not in namespace:
             raise ValueError(f"{name}: no such parameter")

@@ -1,17 +1,9 @@
-"""Learning-rate schedules and their exact weight-decay-free equivalents.
+"""Learning-rate schedules and their exact weight-decay-free equivalents (Li & Arora, ICLR 2020).
 
-Convention (PyTorch SGD, no dampening, no Nesterov), step k = 0, 1, 2, ...::
-
-    v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k  (v_0 = 0),      θ_{k+1} = θ_k − lr_k v_{k+1}
-
-For a scale-invariant loss a run with weight decay is, in function space, a run without it whose lr grows
-exponentially (Li & Arora, ICLR 2020, Theorems 2.1, 2.5, 2.12, 2.13).  Every converter returns an
-:class:`EquivalentSchedule`: SGD with its ``.lr`` and ``.wd`` (same momentum) has the iterates θ̃_k = P_k θ_k, with
-lr̃_k = P_k P_{k+1} lr_k and a one-step weight decay c_k where α_{k+1} = P_k / P_{k+1} differs from the run's own
-ratio â_{k+1}.  All is built in log space, so nothing overflows.  The construction: chapter 2 and
-docs/maths-notes.md, "Schedules".  The checks of per-step inputs of the maths floor are written here once
-(``per_step_array``, ``check_milestones``, ``plain_arrays``, ``real_array``): each names the argument, the rule and
-the first step that breaks it (``lr[3] = -0.1``).
+SGD with momentum γ (v_{k+1} = γ v_k + ∇L(θ_k) + wd_k θ_k, θ_{k+1} = θ_k − lr_k v_{k+1}) on a scale-invariant loss
+with weight decay equals, in function space, SGD without it whose lr grows exponentially (Theorems 2.1, 2.5, 2.12,
+2.13).  Every converter returns an :class:`EquivalentSchedule`, built in log space (chapter 2 and
+docs/maths-notes.md, "Schedules"); the checks of per-step inputs are written here once and name the first bad step.
 """
 from __future__ import annotations
 
@@ -23,30 +15,20 @@ import numpy as np
 
 from .params import is_int, is_real, is_real_type
 
-__all__ = [
-    "EquivalentSchedule",
-    "PlainSchedule",
-    "Schedule",
-    "alpha",
-    "exp_lr",
-    "texp",
-    "texp_plus_plus",
-    "texp_minus_minus",
-    "step_decay",
-    "cosine",
-    "CORRECTIONS",
-]
+__all__ = ["EquivalentSchedule", "PlainSchedule", "Schedule", "alpha", "exp_lr", "texp", "texp_plus_plus",
+           "texp_minus_minus", "step_decay", "cosine", "CORRECTIONS"]
 
 
 # ----------------------------------------------------------------------------- the checks of per-step inputs
-# What PerStepLR accepts, per argument (its errors quote these).
-_RULES = {"lr": "finite real numbers > 0", "wd": "finite real numbers"}
+#: the rules of per-step inputs (their errors quote them), by the bound they put on a value.
+_RULES = {"> 0": "finite real numbers > 0", ">= 0": "finite real numbers >= 0", "": "finite real numbers"}
 
 
-def check_real(name: str, value) -> float:
-    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused)."""
-    if not is_real(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
+def check_real(name: str, value, above: float | None = None) -> float:
+    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused),
+    and it is > ``above`` if given."""
+    if not (is_real(value) and (above is None or value > above)):
+        raise ValueError(f"{name} must be a finite number{'' if above is None else f' > {above:g}'}; got {value!r}")
     return float(value)
 
 
@@ -74,49 +56,37 @@ def check_milestones(milestones, epochs: int) -> np.ndarray:
     if ms is None or len(ms) != len(list(milestones)):
         raise ValueError(f"milestones must be a sequence of integer epochs; got {milestones!r}")
     if ms.size and (np.any(np.diff(ms) <= 0) or ms[0] < 1 or ms[-1] >= epochs):
-        raise ValueError(
-            f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
-            f"got {list(milestones)!r}"
-        )
+        raise ValueError(f"milestones must be strictly increasing epochs in [1, epochs-1] = [1, {epochs - 1}]; "
+                         f"got {list(milestones)!r}")
     return ms
 
 
-def per_step_array(name: str, value, steps: int | None, positive: bool) -> np.ndarray:
-    """Return ``value`` as a finite float64 array of length ``steps`` (scalars are broadcast)."""
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim > 1:
-        raise ValueError(f"{name} must be a scalar or a 1-D per-step array; got shape {arr.shape}")
-    if arr.ndim == 1 and steps is not None and len(arr) != steps:
-        raise ValueError(f"{name} has {len(arr)} entries but the schedule has {steps} steps")
-    if arr.ndim == 0:
-        if steps is None:
-            raise ValueError(f"{name} must be a per-step array here; got a scalar")
+def per_step_array(name: str, value, steps: int | None, bound: str) -> np.ndarray:
+    """``value`` as a new float64 array of ``steps`` entries (a scalar is broadcast; ``None``: one or more entries),
+    each passing the rule ``_RULES[bound]``: else ``TypeError`` naming the first entry that is not a real number, or
+    ``ValueError`` naming the shape or the first step that breaks the rule (``lr[3] = -0.1``)."""
+    arr = real_array(name, value, _RULES[bound])
+    if arr.ndim == 0 and steps is not None:
         arr = np.full(steps, float(arr))
-    if len(arr) == 0:
-        raise ValueError(f"{name} is empty: a schedule needs at least one step")
-    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else (arr < 0))
-    _refuse_first_bad_step(name, arr, bad, "finite and > 0" if positive else "finite and >= 0")
+    if arr.ndim != 1 or len(arr) == 0 or len(arr) != (steps or len(arr)):
+        raise ValueError(f"{name} must be a per-step array of {steps or 'one or more'} entries"
+                         f"{' or a scalar' if steps else ''}; got shape {np.shape(value)}")
+    bad = ~np.isfinite(arr) | (arr <= 0 if bound == "> 0" else arr < 0 if bound == ">= 0" else False)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"{name} must be {_RULES[bound]} at every step; {name}[{k}] = {float(arr[k])!r}")
     return arr
 
 
 def plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
-    """Checked float64 copies: lr a (steps,) array, wd a float or a (steps,) array."""
-    lr, wd = real_array("lr", lr), real_array("wd", wd)
-    if lr.ndim != 1 or len(lr) == 0:
-        raise ValueError(f"lr must be a non-empty 1-D array of finite values > 0 (or an EquivalentSchedule); got "
-                         f"shape {lr.shape}")
-    if wd.ndim > 1 or (wd.ndim == 1 and len(wd) != len(lr)):
-        raise ValueError(f"wd must be a scalar or an array of {len(lr)} entries, one per step; got shape {wd.shape}")
-    _refuse_first_bad_step("lr", lr, ~np.isfinite(lr) | (lr <= 0), _RULES["lr"])
-    _refuse_first_bad_step("wd", np.atleast_1d(wd), ~np.isfinite(np.atleast_1d(wd)), _RULES["wd"])
-    return lr, float(wd) if wd.ndim == 0 else wd
+    """Checked float64 copies as PerStepLR plays them: lr a (steps,) array > 0, wd any finite float or array."""
+    lr = per_step_array("lr", lr, None, "> 0")
+    return lr, float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array("wd", wd, len(lr), "")
 
 
-
-def real_array(name: str, value) -> np.ndarray:
-    """``value`` as a new float64 array; anything but real numbers (bools, strings, None) raises ``TypeError``
-    naming the first one.  Lists and tuples are checked item by item (``np.asarray`` would turn True into 1.0),
-    arrays, tensors and scalars by their dtype."""
+def real_array(name: str, value, rule: str) -> np.ndarray:
+    """``value`` as a new float64 array; anything but real numbers (bools, strings, None: ``np.asarray`` would turn
+    True into 1.0) raises ``TypeError`` naming the first one and ``rule``."""
     if isinstance(value, (list, tuple)):
         items = value
     else:
@@ -126,16 +96,10 @@ def real_array(name: str, value) -> np.ndarray:
         k, x = next((k, x) for k, x in enumerate(items) if not is_real_type(type(x)))
         x = x.item() if isinstance(x, np.generic) else x
         where = f"{name}[{k}]" if np.ndim(value) else name
-        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[name]} "
+        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {rule} "
                         "(floats or ints; not bools or strings)")
     return np.array(value, dtype=np.float64)
 
-
-def _refuse_first_bad_step(name: str, values: np.ndarray, bad: np.ndarray, rule: str) -> None:
-    """ValueError naming the first step k where ``bad[k]``: "lr must be <rule> at every step; lr[3] = -0.1"."""
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise ValueError(f"{name} must be {rule} at every step; {name}[{k}] = {float(values[k])!r}")
 
 #: Accepted values of the ``corrections`` argument of :func:`texp`.
 CORRECTIONS = ("all", "start", "none")
@@ -143,13 +107,10 @@ CORRECTIONS = ("all", "start", "none")
 
 @dataclass(frozen=True)
 class EquivalentSchedule:
-    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, in log space.
+    """Per-step hyperparameters of a weight-decay-free run equivalent to an SGD+WD run, stored in log space;
+    ``lr``, ``wd`` and ``scale`` are derived (float64: ``inf`` or 0 outside its range).
 
-    Stored in log space, so nothing overflows; ``lr``, ``wd`` and ``scale`` are derived from it (float64: ``inf``
-    or 0 outside its range).
-
-    Example: the converters build it; at λ = 1e-2 over 78,200 steps its lr leaves float64's range, its log does not
-    (:class:`~explr.lr_scheduler.PerStepLR` plays it from :meth:`parts`):
+    Example: at λ = 1e-2 over 78,200 steps the lr leaves float64's range, its log and :meth:`parts` do not:
 
     >>> import numpy as np
     >>> from explr.schedules import exp_lr
@@ -183,7 +144,9 @@ class EquivalentSchedule:
         """(m_lr, e_lr, m_wd, e_wd) with lr̃_k = m_lr·2^e_lr and wd̃_k = m_wd·2^e_wd: finite mantissas and
         integer exponents, what :class:`~explr.lr_scheduler.PerStepLR` plays (``.lr``/``.wd`` are exactly
         ``np.ldexp`` of them)."""
-        m_lr, e_lr = split_powers_of_two(self.log_lr)
+        log_lr = np.asarray(self.log_lr, dtype=np.float64)
+        e_lr = np.floor(log_lr / math.log(2.0)).astype(np.int64) + 1  # m_lr in [1/2, 1) up to rounding
+        m_lr = np.exp(log_lr - e_lr * math.log(2.0))
         return m_lr, e_lr, self.lr_wd / m_lr, -e_lr
 
     @cached_property
@@ -209,12 +172,8 @@ class EquivalentSchedule:
 
 @dataclass(frozen=True, eq=False)
 class PlainSchedule:
-    """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given.
-
-    The same interface as :class:`EquivalentSchedule` -- ``.lr``, ``.wd``, ``.log_lr``, ``.first_lr``, ``.parts()``,
-    ``.scale``, ``.momentum``, ``.name``, ``len()`` -- so :class:`~explr.lr_scheduler.PerStepLR`,
-    :func:`explr.sgd.train_sgd` and the CIFAR-10 engine take either.  ``lr``: (steps,) array; ``wd``: a
-    number or a (steps,) array.  ``momentum`` is ``None``: a plain schedule fits any optimizer.
+    """Per-step (lr, wd) of an ordinary run (step decay, cosine, ... with weight decay), played as given, with the
+    interface of :class:`EquivalentSchedule`; ``momentum`` is ``None``: it fits any optimizer.
 
     Example: step decay with weight decay 5e-4, the ordinary run that :func:`texp` makes an equivalent of:
 
@@ -264,26 +223,11 @@ class PlainSchedule:
 Schedule = EquivalentSchedule | PlainSchedule
 
 
-def split_powers_of_two(log_x) -> tuple[np.ndarray, np.ndarray]:
-    """(m, e) with x = m · 2^e, m ∈ [1/2, 1) up to rounding and e an integer, from ln x (any size)."""
-    log_x = np.asarray(log_x, dtype=np.float64)
-    exponent = np.floor(log_x / _LN2).astype(np.int64) + 1
-    return np.exp(log_x - exponent * _LN2), exponent
-
-
-_LN2 = math.log(2.0)
-
-
 # ----------------------------------------------------------------------------- the root α
 def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
-    """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ.
-
-    α is the larger root of x² − (1 + γ − λη) x + γ = 0 (Theorem 2.5; for γ = 0 it is
-    1 − λη, Theorem 2.1).  The roots are real iff λη ≤ (1 − √γ)²; the larger one then lies in
-    [√γ, 1] (Appendix A.1).  Standard values η = 0.1, λ = 5e-4, γ = 0.9 give α ≈ 0.9994977.
-
-    Raises ``ValueError`` (never returns NaN) when lr ≤ 0, wd < 0, momentum ∉ [0, 1), or
-    λη > (1 − √γ)² (and λη ≥ 1 when γ = 0, where α would be 0).
+    """Per-step weight-shrink factor α of SGD with constant ``lr`` = η, ``wd`` = λ, ``momentum`` = γ: the larger root
+    of x² − (1 + γ − λη) x + γ = 0 (Theorem 2.5; 1 − λη for γ = 0, Theorem 2.1), real iff λη ≤ (1 − √γ)², then in
+    [√γ, 1] (Appendix A.1); ``ValueError`` outside that range, never NaN.
 
     Example: the standard values, and a weight decay too large for any equivalent:
 
@@ -294,9 +238,7 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     Traceback (most recent call last):
     ValueError: lr*wd = 0.01 (lr=0.1, wd=0.1) is outside the valid range ...
     """
-    lr, wd, gamma = check_real("lr", lr), check_real("wd", wd), check_momentum(momentum)
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0; got {lr!r}")
+    lr, wd, gamma = check_real("lr", lr, above=0), check_real("wd", wd), check_momentum(momentum)
     if wd < 0:
         raise ValueError(f"wd must be >= 0; got {wd!r}")
     product, limit = lr * wd, (1.0 - math.sqrt(gamma)) ** 2
@@ -305,28 +247,16 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
             f"lr*wd = {product:.6g} (lr={lr!r}, wd={wd!r}) is outside the valid range "
             f"0 <= lr*wd {'<' if gamma == 0 else '<='} (1 - sqrt(momentum))^2 = {limit:.6g} for "
             f"momentum={gamma!r}: x^2 - (1 + momentum - lr*wd) x + momentum = 0 has no positive "
-            "real root, so no exponential-LR equivalent exists"
-        )
+            "real root, so no exponential-LR equivalent exists")
     b = 1.0 + gamma - product
     disc = max(b * b - 4.0 * gamma, 0.0)  # may round to a tiny negative at the boundary
     return (b + math.sqrt(disc)) / 2.0
 
 
 # ----------------------------------------------------------------------------- core construction
-def _phase_starts(lr: np.ndarray, wd: np.ndarray) -> np.ndarray:
-    """Boolean mask: True at k = 0 and wherever (lr_k, wd_k) differs from step k−1."""
-    starts = np.ones(len(lr), dtype=bool)
-    starts[1:] = (lr[1:] != lr[:-1]) | (wd[1:] != wd[:-1])
-    return starts
-
-
 def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSchedule:
-    """The shared construction (docs/maths-notes.md, "Schedules"), in log space.
-
-    ``target[k]`` is the chosen α_{k+1} (``None``: TEXP++'s α_{k+1} = â_{k+1}, no correction);
-    ``correct[k]`` says whether step k applies the correction lr̃_k c_k = 1 − â_{k+1}/α_{k+1}
-    (otherwise it is dropped, which is exact only where α_{k+1} = â_{k+1}).
-    """
+    """The shared construction in log space (docs/maths-notes.md, "Schedules"): ``target[k]`` is the chosen α_{k+1}
+    (``None``: TEXP++'s â_{k+1}), ``correct[k]`` whether step k applies lr̃_k c_k = 1 − â_{k+1}/α_{k+1}."""
     steps = len(lr)
     lr_wd = np.zeros(steps)
     log_p = np.zeros(steps + 1)  # ln P_k
@@ -340,8 +270,7 @@ def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSch
             raise ValueError(
                 f"{name}: the weight-shrink factor of step {k} is {a_next:.6g} <= 0 "
                 f"(lr={lr[k]!r}, wd={wd[k]!r}, momentum={gamma!r}); lr*wd is too large for an "
-                "equivalent schedule to exist"
-            )
+                "equivalent schedule to exist")
         log_p[k + 1] = log_p[k] - math.log(a_next)
         if correct is not None and correct[k]:
             lr_wd[k] = (a_next - a_hat) / a_next
@@ -352,12 +281,9 @@ def _equivalent(lr, wd, gamma, name, target=None, correct=None) -> EquivalentSch
 
 # ----------------------------------------------------------------------------- public converters
 def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correction: bool = True) -> EquivalentSchedule:
-    """Constant LR η + WD λ  ≡  exponential LR without WD (Theorems 2.1 and 2.5).
-
-    lr̃_k = η α^{−2k−1},  θ̃_k = α^{−k} θ_k,  with α = :func:`alpha` (η, λ, γ).
-
-    The paper's start θ̃_{−1} = α θ_0 is, with PyTorch's zero initial buffer, a one-step weight decay at step 0,
-    c_0 = (α − (1 − λη)) / (lr̃_0 α) (negative for λ > 0); ``start_correction=False`` drops it.
+    """Constant LR η + WD λ ≡ exponential LR without WD (Theorems 2.1 and 2.5): lr̃_k = η α^{−2k−1}, θ̃_k = α^{−k} θ_k,
+    α = :func:`alpha` (η, λ, γ); with PyTorch's zero initial buffer the paper's start θ̃_{−1} = α θ_0 is a one-step
+    weight decay c_0 = (α − (1 − λη)) / (lr̃_0 α) at step 0, which ``start_correction=False`` drops.
 
     Example: 1,000 steps at η = 0.1, λ = 5e-4, γ = 0.9; the lr grows by α⁻² a step; wd[0] is the start correction:
 
@@ -381,16 +307,13 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
 
 
 def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
-    """Tapered exponential LR (TEXP, Theorem 2.12) for a piecewise-constant schedule.
+    """Tapered exponential LR (TEXP, Theorem 2.12) of a piecewise-constant ``lr`` per step and ``wd`` (scalar or per
+    step): lr̃_0 = η*_0 / α*_0 grows by (α*_I)^{−2} a step inside phase I, α*_I = :func:`alpha` (η*_I, λ_I, γ), and
+    by (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where it starts.  ``corrections``: the one-step weight decays at every
+    phase's start (``"all"``, exact), at step 0 only (``"start"``) or none (``"none"``).
 
-    ``lr`` per step (e.g. :func:`step_decay`), ``wd`` a scalar or per step.  In a phase I of constant (η*_I, λ_I),
-    α*_I = :func:`alpha` (η*_I, λ_I, γ); lr̃_0 = η*_0 / α*_0 grows by (α*_I)^{−2} a step inside phase I and by
-    (η*_I / η*_{I−1}) / (α*_{I−1} α*_I) where it starts.  Exactness needs a one-step weight decay where each phase
-    starts; ``corrections``: ``"all"`` (exact), ``"start"`` (step 0 only) or ``"none"``.
-
-    Example: step decay ÷10 at epoch 2 of 3 (100 steps an epoch) with weight decay 5e-4, and its equivalent
-    without weight decay: the lr grows inside each phase and drops where a phase starts, and the one-step
-    corrections sit at the phases' starts:
+    Example: step decay ÷10 at epoch 2 of 3 with weight decay 5e-4: the twin's lr grows inside each phase, drops
+    where one starts, and the corrections sit there:
 
     >>> from explr.schedules import step_decay, texp
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
@@ -403,9 +326,10 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     if corrections not in CORRECTIONS:
         raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
     gamma = check_momentum(momentum)
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
-    starts = _phase_starts(lr_arr, wd_arr)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
+    starts = np.ones(len(lr_arr), dtype=bool)  # where (lr_k, wd_k) differs from step k − 1
+    starts[1:] = (lr_arr[1:] != lr_arr[:-1]) | (wd_arr[1:] != wd_arr[:-1])
     target = np.empty(len(lr_arr))
     for k in np.flatnonzero(starts):
         try:
@@ -413,22 +337,15 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
         except ValueError as err:
             raise ValueError(f"texp: phase starting at step {k}: {err}") from None
         target[k:] = a  # overwritten by the next phase
-    if corrections == "all":
-        correct = starts
-    else:
-        correct = np.zeros(len(lr_arr), dtype=bool)
-        correct[0] = corrections == "start"
+    correct = starts.copy() if corrections == "all" else np.zeros(len(lr_arr), dtype=bool)
+    correct[0] = corrections != "none"
     return _equivalent(lr_arr, wd_arr, gamma, f"texp[{corrections}]", target=target, correct=correct)
 
 
 def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
-    """TEXP++ (Theorem 2.13): exact for any per-step schedule whose α_k stay > 0 (a ValueError otherwise), no
-    momentum correction.
-
-    α_1 = 1 − lr_0 wd_0,   α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k),
-    P_k = ∏_{i=1..k} 1/α_i,   lr̃_k = P_k P_{k+1} lr_k,   θ̃_k = P_k θ_k.
-
-    ``lr``: per-step array (> 0); ``wd``: scalar or per-step array (>= 0).
+    """TEXP++ (Theorem 2.13): exact for any per-step ``lr`` > 0 and ``wd`` ≥ 0 (scalar or per step) whose α_k stay > 0
+    (a ``ValueError`` otherwise), with no correction: α_1 = 1 − lr_0 wd_0,
+    α_{k+1} = 1 − lr_k wd_k + γ (lr_k / lr_{k−1}) (1 − 1/α_k), P_k = ∏_{i≤k} 1/α_i, lr̃_k = P_k P_{k+1} lr_k.
 
     Example: a per-step cosine schedule (its lr changes every step), exact without any weight decay:
 
@@ -441,21 +358,16 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
     0.0 0.0
     """
     gamma = check_momentum(momentum)
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     return _equivalent(lr_arr, wd_arr, gamma, "texp++")
 
 
 def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSchedule:
-    """TEXP-- (Section 5): TEXP without the instant LR drop at phase boundaries.
+    """TEXP-- (Section 5): TEXP without the lr drops, only the growth rate changing between phases; exactly TEXP of
+    the constant lr η*_0 with the weight decay cut to λ_I η*_I / η*_0 in phase I, the run ``scale`` relates to.
 
-    Only the growth rate changes between phases, from (α*_{I−1})^{−2} to (α*_I)^{−2}.  Since α*
-    depends on η*λ only, this is exactly TEXP of a *constant* LR η*_0 whose WD is cut to
-    λ_I η*_I / η*_0 in phase I -- which is the run this schedule is equivalent to (``scale``
-    relates to that run, not to the step-decay run passed in).
-
-    Example: the step decay of :func:`texp`'s example: where TEXP drops its lr at step 200, TEXP-- only grows
-    more slowly:
+    Example: the step decay of :func:`texp`'s example: where TEXP drops its lr at step 200, TEXP-- grows slower:
 
     >>> from explr.schedules import step_decay, texp_minus_minus
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
@@ -465,8 +377,8 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
     0.10005 0.12220 0.12226 0.12348
     """
-    lr_arr = per_step_array("lr", lr, None, positive=True)
-    wd_arr = per_step_array("wd", wd, len(lr_arr), positive=False)
+    lr_arr = per_step_array("lr", lr, None, "> 0")
+    wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     constant = np.full(len(lr_arr), lr_arr[0])
     result = texp(constant, wd_arr * lr_arr / lr_arr[0], momentum, corrections=corrections)
     return replace(result, name=f"texp--[{corrections}]")
@@ -474,10 +386,8 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
 
 # ----------------------------------------------------------------------------- ordinary schedules
 def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), factor: float = 0.1) -> np.ndarray:
-    """Per-step LR of Step Decay (Definition 2.11): ``lr × factor^m``, m the number of milestones ≤ epoch.
-
-    ``milestones`` are the epochs (strictly increasing, in 1..epochs−1) where the LR is multiplied
-    by ``factor`` ∈ (0, 1].
+    """Per-step LR of Step Decay (Definition 2.11): ``lr × factor^m``, m the number of ``milestones`` (strictly
+    increasing epochs in 1..epochs−1) ≤ the epoch, ``factor`` ∈ (0, 1].
 
     Example: the usual CIFAR-10 recipe, 200 epochs of 391 steps, ÷10 at epochs 100 and 150:
 
@@ -490,8 +400,7 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not check_real("lr", lr) > 0:
-        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    lr = check_real("lr", lr, above=0)
     if not 0 < check_real("factor", factor) <= 1:
         raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
     ms = check_milestones(milestones, epochs)
@@ -501,11 +410,8 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
 
 
 def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> np.ndarray:
-    """Per-step cosine LR (Loshchilov & Hutter 2016) without restarts: η_t = lr (1 + cos(π t / T)) / 2.
-
-    ``per="epoch"``: t = epoch index, T = ``epochs`` (constant inside each epoch -- the form the
-    paper's cosine/exponential hybrid converts with TEXP).  ``per="step"``: t = step, T = total
-    steps.  t never reaches T, so every LR is > 0.
+    """Per-step cosine LR (Loshchilov & Hutter 2016) without restarts: η_t = lr (1 + cos(π t / T)) / 2, with t the
+    epoch and T ``epochs`` (``per="epoch"``, what TEXP converts) or t the step and T the steps (``per="step"``).
 
     Example: 4 epochs of 2 steps, constant inside each epoch:
 
@@ -515,8 +421,7 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     """
     epochs = check_positive_int("epochs", epochs)
     steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    if not check_real("lr", lr) > 0:
-        raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
+    lr = check_real("lr", lr, above=0)
     steps = np.arange(epochs * steps_per_epoch)
     if per == "epoch":
         t, total = steps // steps_per_epoch, epochs

@@ -1,18 +1,7 @@
 """SGD with momentum and weight decay in the paper's convention, and a trajectory recorder.
 
-Li & Arora (Definition 1.2, after Sutskever et al. 2013) write heavy-ball SGD as
-
-    (θ_t − θ_{t−1}) / η_{t−1} = γ (θ_{t−1} − θ_{t−2}) / η_{t−2} − ∇(L + (λ_{t−1}/2)‖θ‖²)(θ_{t−1}),
-
-with θ_{−1} = θ_0 for a zero initial momentum.  With v_t = (θ_{t−1} − θ_t)/η_{t−1} this is exactly
-``torch.optim.SGD(momentum=γ, dampening=0, nesterov=False)``:
-
-    v_{k+1} = γ v_k + ∇L(θ_k) + λ_k θ_k,      θ_{k+1} = θ_k − η_k v_{k+1}.
-
-:func:`train_sgd` runs ``torch.optim.SGD`` with per-step (lr, wd) through
-:class:`explr.lr_scheduler.PerStepLR` and records what the chapters plot.  :func:`norm_recursion` is
-Lemma B.1 (the growth of ‖θ‖ under momentum SGD on a scale-invariant loss) and
-:func:`exp_lr_overflow_step` says when an exponential schedule leaves a floating-point format.
+Li & Arora's heavy-ball SGD (Definition 1.2) is ``torch.optim.SGD(momentum=γ, dampening=0, nesterov=False)``:
+v_{k+1} = γ v_k + ∇L(θ_k) + λ_k θ_k, θ_{k+1} = θ_k − η_k v_{k+1} (the derivation: docs/maths-notes.md, "SGD").
 """
 from __future__ import annotations
 
@@ -28,14 +17,8 @@ from .lr_scheduler import PerStepLR
 from .params import Int, checked
 from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
 
-__all__ = [
-    "Trajectory",
-    "train_sgd",
-    "output_deviation",
-    "prediction_agreement",
-    "norm_recursion",
-    "exp_lr_overflow_step",
-]
+__all__ = ["Trajectory", "train_sgd", "output_deviation", "prediction_agreement", "norm_recursion",
+           "exp_lr_overflow_step"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +37,7 @@ class Trajectory:
     lrs: np.ndarray
     #: the final equivalent-rescaling factor R of the scheduler (1 without).
     rescale: float
-    #: (records,) log2 R at the recorded steps: ``norms`` are in the optimizer's units, ‖θ_k‖·√R, so the
-    #: schedule's own norm is ``norms`` · 2^(−log2_rescales/2).
+    #: (records,) log2 R at the recorded steps: ``norms`` are ‖θ_k‖·√R, in the optimizer's units.
     log2_rescales: np.ndarray
     #: how many rescalings the scheduler applied.
     rescale_count: int
@@ -80,13 +62,10 @@ def train_sgd(
 ) -> Trajectory:
     """Train ``model`` in place with ``torch.optim.SGD`` for ``len(lr)`` steps and record the trajectory.
 
-    ``batches``: a sequence of (inputs, targets), one per step (``len(batches) >= len(lr)``).
-    ``lr``, ``wd``: per-step arrays (``wd`` may be a scalar), or ``lr`` a schedule
-    (:class:`~explr.schedules.EquivalentSchedule`, played from log space, or
-    :class:`~explr.schedules.PlainSchedule`) and ``wd`` omitted.  ``probe``: an input batch whose outputs are
-    recorded every ``record_every`` steps and at the end, in the model's current mode, without
-    gradient (with batch-statistics BN this is a deterministic function of θ).
-    ``rescale_above``: see :class:`~explr.lr_scheduler.PerStepLR`.
+    ``batches``: (inputs, targets), one per step.  ``lr``, ``wd``: per-step arrays (``wd`` may be a scalar), or
+    ``lr`` a :data:`~explr.schedules.Schedule` and ``wd`` omitted; ``rescale_above`` as
+    :class:`~explr.lr_scheduler.PerStepLR`'s.  ``probe``: an input batch whose outputs are recorded every
+    ``record_every`` steps and at the end, without gradient, in the model's current mode.
     """
     if not isinstance(lr, (EquivalentSchedule, PlainSchedule)):
         lr, wd = PlainSchedule(np.asarray(lr, dtype=np.float64), 0.0 if wd is None else wd), None
@@ -157,19 +136,12 @@ def prediction_agreement(a: Trajectory, b: Trajectory) -> np.ndarray:
 
 
 def norm_recursion(sq_norms, sq_updates, lr, momentum: float) -> np.ndarray:
-    """The norm growth Δ_t = ‖θ_{t+1}‖² − ‖θ_t‖² that Lemma B.1 of Li & Arora predicts, t = 0..T−1.
+    """The norm growth Δ_t = ‖θ_{t+1}‖² − ‖θ_t‖² of momentum SGD without weight decay on a scale-invariant loss,
+    t = 0..T−1 (Li & Arora, Lemma B.1; the proof: docs/maths-notes.md, "SGD"), with d_t = θ_{t+1} − θ_t:
 
-    For SGD with momentum γ and no weight decay on a scale-invariant loss (⟨∇L(θ), θ⟩ = 0), with
-    d_t = θ_{t+1} − θ_t and a zero initial momentum buffer,
+        Δ_t = γ_t (Δ_{t−1} + ‖d_{t−1}‖²) + ‖d_t‖²,    γ_t = γ η_t / η_{t−1},    Δ_0 = ‖d_0‖²,
 
-        Δ_t = γ_t (Δ_{t−1} + ‖d_{t−1}‖²) + ‖d_t‖²,    γ_t = γ η_t / η_{t−1},    Δ_0 = ‖d_0‖².
-
-    For a constant learning rate γ_t = γ, and this is the lemma's ‖θ_{t+1}‖² − ‖θ_t‖² =
-    γ(‖θ_t‖² − ‖θ_{t−1}‖²) + ‖d_t‖² + γ‖d_{t−1}‖²; so Δ_t ≥ 0, the norm never decreases.  (Proof:
-    Δ_t = 2⟨θ_t, d_t⟩ + ‖d_t‖², d_t = γ_t d_{t−1} − η_t ∇L(θ_t), and 2⟨θ_t, d_{t−1}⟩ =
-    Δ_{t−1} + ‖d_{t−1}‖².)  Inputs are measured: ``sq_norms`` = ‖θ_t‖², t = 0..T, ``sq_updates`` =
-    ‖d_t‖² and ``lr`` = η_t, t = 0..T−1 (e.g. :class:`Trajectory`'s fields); each Δ_t is predicted from
-    the *measured* Δ_{t−1}, so comparing with ``np.diff(sq_norms)`` tests every step on its own.
+    each from the *measured* Δ_{t−1}: ``sq_norms`` ‖θ_t‖² (T + 1), ``sq_updates`` ‖d_t‖² and ``lr`` η_t (T each).
     """
     sq_norms, sq_updates, lr = (np.asarray(a, dtype=np.float64) for a in (sq_norms, sq_updates, lr))
     if not (len(sq_norms) == len(sq_updates) + 1 == len(lr) + 1):
@@ -182,12 +154,8 @@ def norm_recursion(sq_norms, sq_updates, lr, momentum: float) -> np.ndarray:
 
 
 def exp_lr_overflow_step(lr: float, wd: float, momentum: float, limit: float = float(np.finfo(np.float32).max)):
-    """First step k at which the exponential schedule η̃_k = η α^{−2k−1} (Thms 2.1/2.5) exceeds ``limit``.
-
-    ``limit`` defaults to float32's largest value, ≈ 3.4e38 = e^88.7.  Solved in log space,
-    k = ⌊(ln(limit/η)/ln(1/α) − 1)/2⌋ + 1, so it never overflows itself; ``None`` when wd = 0 (α = 1,
-    the schedule is constant).  :func:`~explr.schedules.alpha` validates the arguments.
-    """
+    """First step k at which the exponential schedule η̃_k = η α^{−2k−1} (Thms 2.1/2.5) exceeds ``limit`` (float32's
+    largest value by default): k = ⌊(ln(limit/η)/ln(1/α) − 1)/2⌋ + 1, in log space; ``None`` when wd = 0."""
     a = alpha(lr, wd, momentum)
     if wd == 0:
         return None
