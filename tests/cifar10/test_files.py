@@ -69,7 +69,7 @@ DEAD_PID = 999_999_999  # no such process here
 
 def test_a_shared_folders_cleanup_takes_only_temp_files_untouched_for_an_hour(tmp_path):
     """Another process (on this host or another sharing the folder) may be writing a fresh temporary file: only
-    those untouched for STALE_AFTER_S go, whatever their pid says; a user's own ``.notes.tmp`` never."""
+    those untouched for an hour go, whatever their pid says; a user's own ``.notes.tmp`` never."""
     cache = tmp_path / "cache"
     cache.mkdir()
     names = {
@@ -81,7 +81,7 @@ def test_a_shared_folders_cleanup_takes_only_temp_files_untouched_for_an_hour(tm
     for case, name in names.items():
         (cache / name).write_bytes(b"half a cache")
         if case.startswith("old"):
-            os.utime(cache / name, (time.time() - 2 * files.STALE_AFTER_S,) * 2)
+            os.utime(cache / name, (time.time() - 2 * 3600,) * 2)
     removed = files.remove_stale_leftovers(cache)
     assert removed == [names["old, live pid"]]
     assert len(files.remove_leftovers(cache)) == 2, "a locked folder's cleanup takes every temporary file of ours"

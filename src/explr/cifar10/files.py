@@ -1,7 +1,5 @@
-"""A run folder's safety: atomic writes (:func:`atomic_write`; :func:`write_file`: a full disk is :class:`DiskFull`),
-guarded reads, its lock (:class:`RunLock`: one writer per folder), the signals that end a run
-(:func:`handle_signals`) and how a run stands or ended (:class:`Status`, with its exit code).
-"""
+"""A run folder's safety: atomic writes, guarded reads, its lock (:class:`RunLock`: one writer per folder), the
+signals that end a run (:func:`handle_signals`) and how a run stands or ended (:class:`Status`, with its exit code)."""
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +17,7 @@ from pathlib import Path
 
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters>.tmp``
 TMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.tmp")
-#: a temporary file in a folder several processes write (the data cache) untouched for this long is a leftover.
-STALE_AFTER_S = 3600
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def atomic_write(path, write) -> None:
@@ -28,9 +25,8 @@ def atomic_write(path, write) -> None:
     readers see the old file or the whole new one; a killed writer leaves the ``.tmp``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    f = open(tmp, "xb")  # the mode any new file gets: 0o666 & ~umask
     try:
-        with f:
+        with open(tmp, "xb") as f:  # the mode any new file gets: 0o666 & ~umask
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -41,8 +37,7 @@ def atomic_write(path, write) -> None:
 
 
 def remove_leftovers(folder, older_than_s: float = -float("inf")) -> list[str]:
-    """Delete the temporary files (:data:`TMP_NAME`, nothing else) in ``folder`` untouched for more than
-    ``older_than_s`` seconds; returns their names (one that vanishes meanwhile is skipped)."""
+    """Delete the temporary files (:data:`TMP_NAME` only) in ``folder`` untouched for over ``older_than_s``; names."""
     now, removed = time.time(), []
     for p in Path(folder).glob(".*.tmp"):
         with contextlib.suppress(OSError):
@@ -53,11 +48,10 @@ def remove_leftovers(folder, older_than_s: float = -float("inf")) -> list[str]:
 
 
 def remove_stale_leftovers(folder) -> list[str]:
-    """:func:`remove_leftovers` of a folder several processes may write at once: untouched for STALE_AFTER_S."""
-    return remove_leftovers(folder, STALE_AFTER_S)
+    """:func:`remove_leftovers` of a folder several processes write at once (the data cache): untouched for an hour."""
+    return remove_leftovers(folder, 3600)
 
 
-# ----------------------------------------------------------------------------- run files
 class DiskFull(Exception):
     """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
 
@@ -66,28 +60,18 @@ class DiskFull(Exception):
         super().__init__(message or f"disk full while writing {path}")
 
 
-def disk_full(err: BaseException | None) -> bool:
-    """Whether ``ENOSPC`` or ``EDQUOT`` is anywhere in the chain of ``err`` (causes and contexts)."""
-    while err is not None:
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def write_file(path, write) -> None:
-    """:func:`atomic_write`; a full disk is raised as :class:`DiskFull` naming ``path``."""
+    """:func:`atomic_write`; a full disk (the error or its cause, as torch raises it) is :class:`DiskFull`."""
     try:
         atomic_write(path, write)
     except (OSError, RuntimeError) as err:
-        if disk_full(err):
+        if any(getattr(e, "errno", None) in DISK_FULL_ERRNOS for e in (err, err.__cause__, err.__context__)):
             raise DiskFull(path) from err
         raise
 
 
 def read_run_file(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of the run file ``path``; ``ValueError`` unless a regular file (checked on the open file, which a
-    FIFO does not block) of at most ``limit`` bytes."""
+    """The bytes of ``path``; ``ValueError`` unless a regular file (opening a FIFO does not block) of ≤ ``limit``."""
     with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -121,8 +105,7 @@ class Status(str, enum.Enum):
 
     @classmethod
     def from_exit_code(cls, code: int) -> Status:
-        """The status of a run's process that exited with ``code``: 0 FINISHED, 3 to 6 the status of that code,
-        128 + a signal's number INTERRUPTED (:func:`exit_code`), any other (negative: killed) FAILED."""
+        """What exit ``code`` says: 0 FINISHED, 3 to 6 theirs, 128 + a signal's number INTERRUPTED, any other FAILED."""
         coded = {0: cls.FINISHED, **{s.exit_code: s for s in cls if s.exit_code}}
         return coded.get(code) or (cls.INTERRUPTED if code - 128 in signal.valid_signals() else cls.FAILED)
 
@@ -135,7 +118,6 @@ class RunState(enum.Enum):
     FINISHED = "finished"
 
 
-# ----------------------------------------------------------------------------- the lock
 LOCK = ".lock"
 
 
@@ -155,8 +137,7 @@ def _read_pid(fd: int) -> int | None:
 
 
 def lock_holder(folder) -> tuple[int | None, bool]:
-    """(pid written in ``folder/.lock``, whether a live process holds the lock); writes nothing.  A ``.lock``
-    that is a link or not a regular file is no lock (:func:`~explr.cifar10.runfolder.check_run` refuses it)."""
+    """(pid written in ``folder/.lock``, whether a live process holds the lock); a link or folder is no lock."""
     path = Path(folder) / LOCK
     if path.is_symlink() or not path.is_file():
         return None, False
@@ -182,29 +163,24 @@ def locked_message(folder: Path, pid: int | None) -> str:
 
 
 class RunLock:
-    """An exclusive ``fcntl.flock`` on ``folder/.lock`` (created with its folder if missing) for the whole run, the
-    holder's pid in it; the kernel releases it however its process dies.  A pid left in an unlocked file is a killed
-    run's: ``stale_pid``.  Raises :class:`RunLocked`, :class:`DiskFull`, or :func:`not_a_lock`'s error.  The file is
-    never deleted, so every process that opens it locks the same file."""
+    """An exclusive ``fcntl.flock`` (the kernel releases it however its process dies) on ``folder/.lock``, created with
+    the folder and never deleted; it holds the pid (one left unlocked: ``stale_pid``)."""
 
     def __init__(self, folder):
         self.path = Path(folder) / LOCK
-        self.fd = None
-        self.stale_pid = None
 
     def __enter__(self) -> RunLock:
         fd = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-            for attempt in range(20):  # a concurrent lock_holder holds a shared lock for microseconds
-                try:
+            for _ in range(20):  # a concurrent lock_holder holds a shared lock for microseconds
+                with contextlib.suppress(BlockingIOError):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
-                    if attempt == 19:
-                        raise RunLocked(locked_message(self.path.parent, _read_pid(fd))) from None
-                    time.sleep(0.05)
+                time.sleep(0.05)
+            else:
+                raise RunLocked(locked_message(self.path.parent, _read_pid(fd)))
             previous = _read_pid(fd)
             self.stale_pid = previous if previous != os.getpid() else None
             os.ftruncate(fd, 0)
@@ -214,7 +190,7 @@ class RunLock:
                 os.close(fd)
             if isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.EISDIR):
                 raise not_a_lock(self.path) from None
-            if isinstance(err, OSError) and disk_full(err):
+            if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
                 raise DiskFull(self.path) from None
             raise
         self.fd = fd
@@ -226,23 +202,17 @@ class RunLock:
         os.close(self.fd)
 
 
-# ----------------------------------------------------------------------------- signals
 #: the signals that end a run: ^C, SIGTERM, a closed terminal (SIGHUP), SLURM's preemption warning (SIGUSR2)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
 
 class Terminated(KeyboardInterrupt):
-    """A signal of :data:`STOPPING` arrived (raised by the handler of :func:`handle_signals`); ``signum`` says which."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+    """A signal of :data:`STOPPING`, its number the argument, arrived (raised by :func:`handle_signals`)."""
 
 
 @contextlib.contextmanager
 def handle_signals():
-    """Each signal of :data:`STOPPING` raises :class:`Terminated`, once (later ones are ignored while the run records
-    its status); main thread only; restores the handlers."""
+    """Each signal of :data:`STOPPING` raises :class:`Terminated` once (later ones are ignored); main thread only."""
     fired = []
 
     def handler(signum, frame):
@@ -259,11 +229,12 @@ def handle_signals():
 
 
 def exit_code(err: KeyboardInterrupt | DiskFull) -> int:
-    """The exit code of a process that ``err`` ended: a full disk's (6); for an interrupt 128 + the signal number
-    (a plain ``KeyboardInterrupt``: SIGINT): 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2."""
-    return Status.DISK_FULL.exit_code if isinstance(err, DiskFull) else 128 + getattr(err, "signum", signal.SIGINT)
+    """The exit code of a process ``err`` ended: 6 for a full disk, else 128 + the signal's number (SIGINT: 130)."""
+    if isinstance(err, DiskFull):
+        return Status.DISK_FULL.exit_code
+    return 128 + (err.args[0] if isinstance(err, Terminated) else signal.SIGINT)
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
     """The signal that raised ``interrupt`` (a plain ``KeyboardInterrupt``: SIGINT), such as "SIGTERM"."""
-    return signal.Signals(getattr(interrupt, "signum", signal.SIGINT)).name
+    return signal.Signals(exit_code(interrupt) - 128).name
