@@ -1,19 +1,15 @@
-"""One run's folder ``<out>/<schedule>/seed<seed>/`` and its files, each with its schema: ``checkpoint.pt``
-(:func:`checkpoint_state`, checked before a resume), ``metrics.jsonl`` (one :class:`MetricsRow` per epoch,
-:func:`read_metrics`), ``manifest.json`` (the run's record with the checkpoint's sha256); :func:`check_run`, every
-check before a folder is used (:class:`RunError`, one line), and :func:`load_runs`, the runs under a folder.
-The files' formats: docs/cifar10-engine.md, "A run folder".
-"""
+"""One run's folder ``<out>/<schedule>/seed<seed>/`` and its files (formats: docs/cifar10-engine.md, "A run folder");
+:func:`check_run`, every check before a folder is used (:class:`RunError`, one line); :func:`load_runs`."""
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import hashlib
 import io
 import json
 import os
 import platform
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional, TypedDict
@@ -24,19 +20,20 @@ import torch
 from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig
 from .data import DataIdentity
 from .files import (
-    LOCK, RunError, RunLocked, RunState, Status, lock_holder, lock_is_a_link, locked_message,
-    read_run_file, write_file,
+    LOCK, RunError, RunLocked, RunState, Status, lock_holder, locked_message, not_a_lock, read_run_file, write_file,
 )
 
 
-#: the checkpoint's name in a run folder
+#: the files of a run folder
 CHECKPOINT = "checkpoint.pt"
-#: the metrics' name in a run folder
 METRICS = "metrics.jsonl"
-#: larger than the metrics of 100000 epochs (~60 MiB).
+MANIFEST = "manifest.json"
+#: the largest metrics.jsonl (more than 100000 epochs' rows, ~60 MiB) and manifest.json (a few KiB) read
 MAX_METRICS_BYTES = 1 << 28
+MAX_MANIFEST_BYTES = 1 << 24
+#: the format of the run files (the checkpoint's and the manifest's ``format``)
+FORMAT = "explr.cifar10/1"
 _REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
-
 
 #: the numbers of a finished epoch (:meth:`~explr.cifar10.runs.Trainer.epoch_metrics`)
 EpochMetrics = TypedDict("EpochMetrics", {
@@ -45,18 +42,15 @@ EpochMetrics = TypedDict("EpochMetrics", {
     "rescale_count": int, "weight_norm": Optional[float], "weight_norm_opt": float, "effective_lr": float,
 })
 #: the wall-clock seconds of an epoch (all, training, evaluation) and its training images per second
-Timings = TypedDict("Timings", {"seconds": float, "train_seconds": float, "eval_seconds": float,
-                                "images_per_s": float})
-
-
-class MetricsRow(EpochMetrics, Timings):
-    """One line of metrics.jsonl: the epoch's numbers, then its timings."""
-
-
+Timings = TypedDict("Timings", {"seconds": float, "train_seconds": float, "eval_seconds": float, "images_per_s": float})
+#: one line of metrics.jsonl: the epoch's numbers, then its timings
+MetricsRow = TypedDict("MetricsRow", {**EpochMetrics.__annotations__, **Timings.__annotations__})
 #: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
 TIMING_KEYS = tuple(Timings.__annotations__)
 #: the manifest's ``final``: the last row's epoch and the numbers a resume shows
 FINAL_KEYS = ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")
+#: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
 
 
 def write_metrics(path, rows) -> None:
@@ -65,125 +59,74 @@ def write_metrics(path, rows) -> None:
 
 
 def read_metrics(path, *, drop_partial_last: bool = False) -> list[dict]:
-    """The per-epoch rows of a run (``path``: its folder or its metrics.jsonl); a line that is not a JSON object,
-    or a file that is not a regular UTF-8 file of at most :data:`MAX_METRICS_BYTES`, is a :class:`RunError` naming
-    it (a missing one ``FileNotFoundError``).  ``drop_partial_last``: an unparsable last line is dropped instead."""
+    """The rows of metrics.jsonl (``path``: it or its folder); a line that is no JSON object (``drop_partial_last``: but
+    the last, dropped) or a file that :func:`~explr.cifar10.files.read_run_file` refuses is a :class:`RunError`."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
     try:
         lines = read_run_file(path, MAX_METRICS_BYTES).decode().splitlines()
-    except FileNotFoundError:
-        raise
     except (ValueError, OSError) as err:
         raise RunError(f"{path} is unreadable ({err}); {_REMEDY}") from None
     rows = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
         try:
             row = json.loads(line)
         except (ValueError, RecursionError):
-            if drop_partial_last and number == len(lines):
-                break
             row = None
-        if not isinstance(row, dict):
+        if isinstance(row, dict):
+            rows.append(row)
+        elif not (drop_partial_last and number == len(lines)):
             raise RunError(f"{path} line {number} is not a JSON object (truncated or hand-edited?); {_REMEDY}")
-        rows.append(row)
     return rows
 
 
-#: the format of the run files (the checkpoint's and the manifest's ``format``)
-FORMAT = "explr.cifar10/1"
-
-
-class Checkpoint(TypedDict, total=False):
-    """What checkpoint.pt holds: :meth:`~explr.cifar10.runs.Trainer.state_dict` (model, optimizer, scheduler,
-    initial_loss), the epochs done and their metrics rows, the config as recorded, the resolved settings, the data's
-    sha256, the seconds trained and :data:`FORMAT`."""
-
-    model: dict
-    optimizer: dict
-    scheduler: dict
-    initial_loss: float | None
-    epoch: int
-    metrics: list
-    config: dict
-    resolved: dict | None
-    data_sha256: str
-    elapsed: float
-    format: str
-
-
-#: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
-CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "metrics", "config", "data_sha256")
 def checkpoint_state(trainer_state: dict, epoch: int, metrics: list, config: dict, resolved: dict, data_sha256: str,
-                     elapsed: float) -> Checkpoint:
+                     elapsed: float) -> dict:
     """The checkpoint after ``epoch`` epochs (``config`` as recorded; of ``resolved``, :data:`RESOLVED_KEYS`)."""
-    return Checkpoint(**trainer_state, epoch=epoch, metrics=metrics, config=config,
-                      resolved={k: resolved[k] for k in RESOLVED_KEYS}, data_sha256=data_sha256, elapsed=elapsed,
-                      format=FORMAT)
+    resolved = {k: resolved[k] for k in RESOLVED_KEYS}
+    return {**trainer_state, "epoch": epoch, "metrics": metrics, "config": config, "resolved": resolved,
+            "data_sha256": data_sha256, "elapsed": elapsed, "format": FORMAT}
 
 
-def serialize_checkpoint(state: Checkpoint) -> tuple[bytes, str]:
+def serialize_checkpoint(state: dict) -> tuple[bytes, str]:
     """The bytes ``torch.save`` makes of ``state``, and their sha256 (recorded in the manifest)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    data = buffer.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    torch.save(state, buffer := io.BytesIO())
+    return buffer.getvalue(), hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
-def load_checkpoint(folder) -> tuple[Checkpoint, str]:
-    """``folder/checkpoint.pt`` and its sha256, checked: readable and this engine's keys.  :class:`RunError` saying
-    what to do otherwise."""
-    folder = Path(folder)
-    path = folder / CHECKPOINT
+def checkpoint_of(folder, manifest: dict) -> dict:
+    """``folder/checkpoint.pt``, checked: readable, with this engine's keys, and the file ``manifest`` recorded (its
+    sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
+    path = Path(folder) / CHECKPOINT
+    again = f"delete the folder {path.parent} to train this run again from the start"
     try:
         data = read_run_file(path)
         saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # truncated, empty, not a torch file, or a pickle with foreign objects
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'empty'}"
-        raise RunError(f"{path} is not a readable checkpoint ({reason[:160]}); delete the folder {folder} to train "
-                       "this run again from the start") from None
-    if (not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS)
-            or not isinstance(saved["config"], dict) or not isinstance(saved["metrics"], list)):
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())}"[:160]
+        raise RunError(f"{path} is not a readable checkpoint ({reason}); {again}") from None
+    if not isinstance(saved, dict) or any(k not in saved for k in CHECKPOINT_KEYS):
         raise RunError(f"{path} is not a checkpoint of this engine (expected the keys {', '.join(CHECKPOINT_KEYS)}); "
-                       f"delete the folder {folder} to train this run again from the start")
-    return saved, hashlib.sha256(data).hexdigest()
-
-
-#: the manifest's name in a run folder
-MANIFEST = "manifest.json"
-#: larger than any manifest this engine writes (a few KiB).
-MAX_MANIFEST_BYTES = 1 << 24
-
-
-#: what manifest.json holds: :data:`~explr.cifar10.runfolder.FORMAT`, the status (one of
-#: :data:`~explr.cifar10.files.RECORDED`) and its message, the config as recorded, the resolved
-#: device/precision/threads, the devices it ran on, the data (name, kind, sha256), the environment (versions, git
-#: commit), when it started and was updated, the epochs done, the seconds trained, the checkpoint's sha256 (as written
-#: and as being written) and the last row's :data:`~explr.cifar10.runfolder.FINAL_KEYS` (``final``)
-Manifest = TypedDict("Manifest", {
-    "format": str, "status": str, "message": str, "config": dict, "resolved": dict, "devices": list, "data": dict,
-    "environment": dict, "started": str, "updated": str, "epochs_done": int, "elapsed_seconds": float,
-    "checkpoint_sha256": Optional[str], "checkpoint_sha256_writing": Optional[str], "final": dict,
-}, total=False)
+                       + again)
+    recorded = {manifest.get("checkpoint_sha256"), manifest.get("checkpoint_sha256_writing")} - {None}
+    if recorded and hashlib.sha256(data).hexdigest() not in recorded:
+        raise RunError(f"{path} is not the file {path.parent / MANIFEST} recorded (its sha256 differs: damaged or "
+                       f"changed since it was written); restore it from a backup, or {again}")
+    return saved
 
 
 def git_commit() -> dict:
-    """The commit of the source tree; a copy without ``.git`` may name it in ``EXPLR_GIT_COMMIT``."""
-    here = Path(__file__).resolve().parent
+    """The source's git commit and if this package changed; a copy without ``.git`` names it in EXPLR_GIT_COMMIT."""
     if os.environ.get("EXPLR_GIT_COMMIT"):
         return {"commit": os.environ["EXPLR_GIT_COMMIT"], "dirty": None, "from": "EXPLR_GIT_COMMIT"}
+    git = {"cwd": Path(__file__).resolve().parent, "capture_output": True, "text": True, "timeout": 10, "check": True}
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if commit.returncode != 0:
-            return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
-                               cwd=here, capture_output=True, text=True, timeout=10)
-        return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], **git).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], **git).stdout
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(dirty.strip())}
 
 
 def _now() -> str:
@@ -191,37 +134,31 @@ def _now() -> str:
 
 
 def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, device_name: str, data: dict,
-                 epochs_done: int, elapsed: float) -> Manifest:
-    """The manifest of a run starting (or resuming, ``previous`` its manifest) at ``epochs_done``, status running:
-    ``config`` as recorded, ``resolved`` what the trainer resolved, ``data`` the data's description."""
-    devices = list(previous.get("devices", []))
-    if device_name not in devices:
-        devices.append(device_name)
-    return {**previous,
-            "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config, "resolved": resolved,
-            "devices": devices, "data": data,
-            "environment": {
+                 epochs_done: int, elapsed: float) -> dict:
+    """The manifest of a run starting (or resuming, ``previous`` its manifest) at ``epochs_done``, status running."""
+    return {**previous, "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config,
+            "resolved": resolved, "devices": list(dict.fromkeys([*previous.get("devices", []), device_name])),
+            "data": data, "environment": {
                 "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
                 "platform": platform.platform(), "git": git_commit(),
-                "cuda": torch.version.cuda if device.type == "cuda" else None,
-            },
+                "cuda": torch.version.cuda if device.type == "cuda" else None},
             "started": previous.get("started", _now()), "updated": _now(), "epochs_done": epochs_done,
             "elapsed_seconds": elapsed}
 
 
-def write_manifest(path, manifest: Manifest) -> None:
+def write_manifest(path, manifest: dict) -> None:
     """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.files.write_file`)."""
     write_file(path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
 
 
-def record_epoch(path, manifest: Manifest, digest: str, epochs_done: int, elapsed: float) -> None:
+def record_epoch(path, manifest: dict, digest: str, epochs_done: int, elapsed: float) -> None:
     """Record in ``manifest`` (and write at ``path``) an epoch whose checkpoint, of sha256 ``digest``, is written."""
     manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
                      "epochs_done": epochs_done, "elapsed_seconds": elapsed})
     write_manifest(path, manifest)
 
 
-def record_end(path, manifest: Manifest, status: Status, message: str, elapsed: float, history: list) -> None:
+def record_end(path, manifest: dict, status: Status, message: str, elapsed: float, history: list) -> None:
     """Record in ``manifest`` (and write at ``path``) how the run ended, and its last row's :data:`FINAL_KEYS`."""
     manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
                      "epochs_done": len(history)})
@@ -230,49 +167,26 @@ def record_end(path, manifest: Manifest, status: Status, message: str, elapsed: 
     write_manifest(path, manifest)
 
 
-def read_manifest(path) -> Manifest:
-    """The manifest at ``path`` (a JSON object whose fields the engine reads have its types, a regular file of at most
-    :data:`MAX_MANIFEST_BYTES`); :class:`RunError` naming the file and what to delete otherwise."""
-    path = Path(path)
-    remedy = (f"delete it (--resume rebuilds it from {CHECKPOINT})" if (path.parent / CHECKPOINT).exists()
-              else f"delete the folder {path.parent}")
+def read_manifest(path) -> dict:
+    """The JSON object at ``path`` (a regular file of ≤ :data:`MAX_MANIFEST_BYTES`), else a :class:`RunError`."""
+    remedy = f"delete it: --resume rebuilds it (from {CHECKPOINT}, if any)"
     try:
-        manifest = json.loads(read_run_file(path, MAX_MANIFEST_BYTES))
-    except RecursionError:
-        raise RunError(f"{path} is unreadable (nested too deeply to parse; hand-edited?); {remedy}") from None
-    except (ValueError, OSError) as err:
+        manifest = json.loads(read_run_file(Path(path), MAX_MANIFEST_BYTES))
+    except (ValueError, OSError, RecursionError) as err:
         raise RunError(f"{path} is unreadable ({err}); {remedy}") from None
     if not isinstance(manifest, dict):
-        raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}; hand-edited?); {remedy}")
+        raise RunError(f"{path} is not a JSON object (it holds a {type(manifest).__name__}); {remedy}")
     return manifest
 
 
-def checkpoint_of(folder, manifest: Manifest) -> Checkpoint:
-    """``folder/checkpoint.pt`` (:func:`~explr.cifar10.runfolder.load_checkpoint`), and the file ``manifest``
-    recorded (its sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
-    folder = Path(folder)
-    saved, digest = load_checkpoint(folder)
-    recorded = {manifest.get("checkpoint_sha256"), manifest.get("checkpoint_sha256_writing")} - {None}
-    if recorded and digest not in recorded:
-        raise RunError(f"{folder / CHECKPOINT} is not the file {folder / MANIFEST} recorded (its sha256 differs: "
-                       "damaged or changed since it was written); restore it from a backup, or delete it to train "
-                       "this run again from the start")
-    return saved
-
-
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
-
-
-# ----------------------------------------------------------------------------- reading runs
 def run_dir(out, schedule: str, seed: int) -> Path:
     """Where a run lives: ``<out>/<schedule>/seed<seed>``."""
     return Path(out) / schedule / f"seed{seed}"
 
 
 def load_runs(out) -> list[dict]:
-    """Every run under ``out``: dicts with ``schedule, seed, dir, manifest`` and ``metrics`` (key → np.array).  A
-    manifest saying "running" whose lock no process holds is reported "interrupted" (killed), its partial last
-    metrics line dropped; a file that does not parse is a :class:`RunError`."""
+    """Every run under ``out``: dicts of ``schedule, seed, dir, manifest, metrics`` (key → np.array); "running" with
+    no process holding the lock is reported "interrupted" (killed), its partial last metrics line dropped."""
     runs = []
     for manifest_path in sorted(Path(out).glob(f"*/seed*/{MANIFEST}")):
         manifest = read_manifest(manifest_path)
@@ -289,7 +203,6 @@ def load_runs(out) -> list[dict]:
     return runs
 
 
-# ----------------------------------------------------------------------------- checking a run folder
 @dataclass
 class RunCheck:
     """What :func:`check_run` found: its :class:`~explr.cifar10.files.RunState`; ``note`` a line to show."""
@@ -300,41 +213,25 @@ class RunCheck:
 
 
 def config_record(config: TrainConfig) -> dict:
-    """The config as recorded: resolved milestones, and no path of this machine (the data is identified by
-    name, kind and sha256 in the manifest's ``data``)."""
-    d = asdict(config)
-    d["decay_epochs"] = config.milestones()
-    if d["data"] not in ("auto", "synthetic"):
-        d["data"] = Path(d["data"]).name
-    d["data_root"] = None
-    return d
+    """The config as recorded: resolved milestones, no path of this machine (the manifest's ``data`` names the data)."""
+    data = config.data if config.data in ("auto", "synthetic") else Path(config.data).name
+    return {**asdict(config), "decay_epochs": config.milestones(), "data": data, "data_root": None}
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    """The resolved settings that differ; one still unresolved (``auto``, ``None``: resolved by the node that trains
-    the run, which checks it again) is not compared."""
-    diff, device = [], now["device"]
-    if saved.get("device") and device != "auto" and torch.device(saved["device"]).type != torch.device(device).type:
-        diff.append(f"device={saved['device']!r} (now {device!r})")
-    if saved.get("precision") and now["precision"] != "auto" and saved["precision"] != now["precision"]:
-        diff.append(f"precision={saved['precision']!r} (now {now['precision']!r})")
-    on_cpu = device != "auto" and torch.device(device).type == "cpu"
-    if on_cpu and now["threads"] is not None and saved.get("threads") and saved["threads"] != now["threads"]:
-        diff.append(f"threads={saved['threads']!r} (now {now['threads']!r}; CPU results depend on it: pass "
-                    f"--threads {saved['threads']})")
-    return diff
+    """The resolved settings that differ: the device's type, the precision, the threads on a CPU (its results depend on
+    them); one unresolved (``auto``, ``None``: the training node checks it) is not compared."""
+    def kind(resolved):
+        return resolved.get("device") not in (None, "auto") and torch.device(resolved["device"]).type
 
-
-def _settings_mismatch(saved: dict, config: TrainConfig) -> list[str]:
-    """The trajectory settings that differ; one the saved config lacks (added later) counts as its default."""
-    now = config_record(config)
-    return [f"{k}={saved.get(k, _DEFAULTS[k])!r} (now {now[k]!r})" for k in TRAJECTORY_KEYS
-            if saved.get(k, _DEFAULTS[k]) != now[k]]
+    differ = {"device": kind(saved) != kind(now), "precision": saved.get("precision") != now["precision"],
+              "threads": kind(now) == "cpu" and saved.get("threads") != now["threads"]}
+    return [f"{k}={saved[k]!r} (now {now[k]!r}; pass --{k} {saved[k]})" for k, differs in differ.items()
+            if differs and saved.get(k) and now[k] not in (None, "auto")]
 
 
 def _nearest_folder(path: Path, what: str) -> Path:
-    """``path`` or its nearest existing parent, which must be a folder; :class:`RunError` naming ``--out`` otherwise
-    (also where the path cannot be looked up: ``ENAMETOOLONG``)."""
+    """``path`` or its nearest existing parent, which must be a folder (and looked up: ENAMETOOLONG), else RunError."""
     try:
         p = next(p for p in (path, *path.parents) if p.exists())
     except OSError as err:
@@ -344,68 +241,59 @@ def _nearest_folder(path: Path, what: str) -> Path:
     return p
 
 
+def check_writable(path) -> None:
+    """Raise :class:`RunError` unless folders can be created at ``path`` (tried and removed: nothing is left)."""
+    probe = _nearest_folder(Path(path).expanduser(), str(path))
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
+    except OSError as err:
+        raise RunError(f"--out: cannot create folders in {probe} ({err.strerror}); choose another --out") from None
+
+
 def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str, dict] | None:
-    """The checks of :func:`check_run` made before the data is loaded: the path, the folder, its lock, a run
-    there without ``resume``, its manifest.  ``None`` where no folder exists yet, else ``(note, manifest)`` (a stale
-    lock's note; ``{}`` without a manifest); writes nothing."""
+    """:func:`check_run`'s checks before the data loads (path, folder, lock, a run there without ``resume``, manifest);
+    ``None`` where no folder exists, else (a stale lock's note or "", the manifest or {})."""
     folder = Path(folder)
     _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():
-        raise RunError(f"{folder} is a symbolic link; a run folder must be a folder of its own (the run would write, "
-                       "and remove temporary files, in the folder it points to): remove the link or choose another "
-                       "--out")
+        raise RunError(f"{folder} is a symbolic link, not a folder of its own: remove it or choose another --out")
     if not folder.is_dir():
         return None
-    if (folder / LOCK).is_symlink():
-        raise lock_is_a_link(folder / LOCK)
-    if (folder / LOCK).exists() and not (folder / LOCK).is_file():
-        raise RunError(f"{folder / LOCK} is not a file (the run's lock is an ordinary file); delete it")
+    lock = folder / LOCK
+    if lock.is_symlink() or lock.exists() and not lock.is_file():
+        raise not_a_lock(lock)
     pid, held = lock_holder(folder) if not holding_lock else (None, False)
     if held:
         raise RunLocked(locked_message(folder, pid))
-    note = (f"{folder}: stale lock: {folder / LOCK} names process {pid}, which does not hold it (its run was "
-            "killed?); its last checkpoint is kept") if pid and not held else ""
+    note = (f"{folder}: stale lock: {lock} names process {pid}, which does not hold it (its run was killed?); its "
+            "last checkpoint is kept") if pid else ""
     if not resume and ((folder / CHECKPOINT).exists() or (folder / METRICS).exists()):
-        raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out"
-                       + (f" ({note})" if note else ""))
+        raise RunError(f"{folder} already holds a run; pass --resume to continue it or choose another --out")
     return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
+
+
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
 def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *,
               holding_lock: bool = False) -> RunCheck:
-    """Can ``config`` train on ``data`` into ``folder``?  Raises :class:`RunError` (module docstring); writes
-    nothing.  ``holding_lock``: the caller holds the folder's :class:`~explr.cifar10.files.RunLock` (skip the lock
-    check)."""
+    """Can ``config`` train on ``data`` into ``folder``: a resume with the same trajectory settings (one a checkpoint
+    lacks counts as its default), resolved settings and data?  :class:`RunError` if not; writes nothing."""
     folder = Path(folder)
-    place = check_folder(folder, resume, holding_lock)
-    if place is None:
-        return RunCheck(RunState.NEW)
-    note, saved_manifest = place
-    ckpt, metrics = folder / CHECKPOINT, folder / METRICS
-    if not ckpt.exists():
+    note, manifest = check_folder(folder, resume, holding_lock) or ("", {})
+    if not (folder / CHECKPOINT).exists():
         return RunCheck(RunState.NEW, note=note)
-    saved = checkpoint_of(folder, saved_manifest)
-    diff = _settings_mismatch(saved["config"], config)
-    diff += _resolved_mismatch(saved.get("resolved") or saved_manifest.get("resolved", {}), resolved)
+    saved = checkpoint_of(folder, manifest)
+    old = {k: saved["config"].get(k, _DEFAULTS[k]) for k in TRAJECTORY_KEYS}
+    now = config_record(config)
+    diff = [f"{k}={old[k]!r} (now {now[k]!r})" for k in TRAJECTORY_KEYS if old[k] != now[k]]
+    diff += _resolved_mismatch(saved.get("resolved") or manifest.get("resolved", {}), resolved)
     if diff:
         raise RunError(f"--resume: the run in {folder} was made with other settings: {', '.join(diff)}")
     if saved["data_sha256"] != data.sha256:
         raise RunError(f"--resume: the run in {folder} was trained on other data (sha256 {saved['data_sha256'][:12]}…, "
                        f"now {data.sha256[:12]}… from {data.source}); pass the same --data or another --out")
     done = saved["epoch"]
-    if done >= config.epochs and metrics.exists():  # a line that does not parse is refused (others: rewritten)
-        read_metrics(metrics)
+    if done >= config.epochs and (folder / METRICS).exists():  # a line that does not parse is refused
+        read_metrics(folder / METRICS)
     return RunCheck(RunState.FINISHED if done >= config.epochs else RunState.RESUME, done, note)
-
-
-def check_writable(path) -> None:
-    """Raise :class:`RunError` unless folders can be created at ``path`` (tried and removed: nothing is left)."""
-    import tempfile
-
-    path = Path(path).expanduser()
-    probe = _nearest_folder(path, str(path))
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".explr-write-test-"))
-    except OSError as err:
-        reason = errno.errorcode.get(err.errno, "") or str(err)
-        raise RunError(f"--out: cannot create folders in {probe} ({reason}: {err.strerror}); choose another --out") from None

@@ -30,7 +30,7 @@ from .config import (TrainConfig, device_name, param_dtype, played_schedule, res
 from .data import CifarArrays, DataIdentity, load_cifar10
 from .files import DiskFull, RunError, RunLock, RunLocked, RunState, Status, remove_leftovers, signal_name, write_file
 from .runfolder import (
-    CHECKPOINT, Checkpoint, EpochMetrics, MANIFEST, METRICS, Manifest, MetricsRow, RunCheck, TIMING_KEYS, check_run,
+    CHECKPOINT, EpochMetrics, MANIFEST, METRICS, MetricsRow, RunCheck, TIMING_KEYS, check_run,
     checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics, record_end,
     record_epoch, serialize_checkpoint, write_manifest, write_metrics,
 )
@@ -574,7 +574,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
     return RunResult(out, status, len(history), message, history)
 
 
-def _save_checkpoint(out: Path, manifest: Manifest, state: Checkpoint) -> str:
+def _save_checkpoint(out: Path, manifest: dict, state: dict) -> str:
     """Write ``state`` as the checkpoint; returns its sha256, which the manifest records first as the one being
     written: a process killed between the writes leaves a manifest that accepts whichever checkpoint is there."""
     data, digest = serialize_checkpoint(state)
