@@ -11,7 +11,7 @@ from explr.cifar10 import config, sweep
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import (
     PAPER_SCALE, RESOLVED_KEYS, SCHEDULES, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, config_to_argv,
-    configs_from_args, default_decay_epochs, experiment_plan, lr_wd_limit, paper_scale_milestones, played_schedule,
+    configs_from_args, default_decay_epochs, experiment_plan, lr_wd_limit, played_schedule,
 )
 from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
@@ -196,7 +196,7 @@ def test_schedule_names_map_to_the_papers_schedules():
 
 def test_the_plans_are_chapter_6s():
     assert PAPER_SCALE == {"wd": 5e-3, "rescale_above": 1.0}
-    assert paper_scale_milestones(12) == [8, 10] and paper_scale_milestones(16) == [11, 13]
+    assert [c.decay_epochs for c in experiment_plan(4, [0], paper_epochs=12)["paper-scale"]] == [(8, 10), (8, 10)]
     plan = experiment_plan(16, [0, 1], device="cpu")
     assert list(plan) == ["main", "ablation-none", "paper-scale"]
     assert [(c.schedule, c.seed) for c in plan["main"]] == [(s, k) for s in SCHEDULES for k in (0, 1)]
