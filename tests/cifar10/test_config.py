@@ -134,11 +134,11 @@ def test_available_cpus_follow_the_affinity_mask_and_threads_leave_one_free(monk
     monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {3, 5})
     assert config.available_cpus() == 2
     monkeypatch.setattr(config, "available_cpus", lambda: 8)
-    assert config.default_threads(torch.device("cpu")) == 7  # one CPU left for everything else
-    assert config.default_threads(torch.device("cpu"), jobs=3) == 2
-    assert config.default_threads(torch.device("cuda")) == 1
+    assert config.resolve_threads(None, torch.device("cpu")) == 7  # one CPU left for everything else
+    assert config.resolve_threads(None, torch.device("cpu"), jobs=3) == 2
+    assert config.resolve_threads(None, torch.device("cuda")) == 1
     monkeypatch.setattr(config, "available_cpus", lambda: 1)
-    assert config.default_threads(torch.device("cpu")) == 1
+    assert config.resolve_threads(None, torch.device("cpu")) == 1
     assert config.resolve_threads(5, torch.device("cpu")) == 5  # --threads overrides
 
 

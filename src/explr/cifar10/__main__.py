@@ -1,24 +1,16 @@
 """Command line: train the paper's CIFAR-10 schedules on a (scale-invariant) PreResNet.
 
-    python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 \\
-        --epochs 200 --data auto --out runs/cifar10
+    python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 --epochs 200 --data auto
 
-trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/`` (manifest.json,
-metrics.jsonl, checkpoint.pt; see :mod:`explr.cifar10.runs`).  ``--resume`` continues interrupted
-runs, skips finished ones and starts missing ones, so the same command can simply be run again.
-The training options come from :class:`explr.cifar10.config.TrainConfig`'s fields; ``--help`` lists them.
-
-Exit codes (:class:`~explr.cifar10.files.Status`): 0 every run finished; 2 bad settings, data or run folders
-(one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
-or cluster job failed; 6 the disk filled up (one line; the run says "disk full" if its manifest could still be
-written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
-them).  A value that looks like a negative number is a value: ``--wd -1e-4`` reads as ``--wd=-1e-4``.
+trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
+skips finished ones and starts missing ones.  The options are :class:`~explr.cifar10.config.TrainConfig`'s fields
+(``--help``).  Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders
+(one line, nothing written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full;
+128 + n after signal n (SIGINT, SIGTERM, SIGHUP, SIGUSR2; ``--resume`` continues the runs).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 
 from ..params import Int
@@ -102,17 +94,13 @@ def main(argv=None) -> int:
 
 
 def _manifest_times(configs, out) -> dict:
-    """{run folder: modification time of its manifest}: a run that starts (or records an interruption) writes it."""
-    times = {}
-    for folder in (run_dir(out, c.schedule, c.seed) for c in configs):
-        with contextlib.suppress(OSError):
-            times[folder] = os.stat(folder / MANIFEST).st_mtime_ns
-    return times
+    """{manifest: its modification time}: a run that starts (or records an interruption) writes it."""
+    manifests = (run_dir(out, c.schedule, c.seed) / MANIFEST for c in configs)
+    return {m: m.stat().st_mtime_ns for m in manifests if m.is_file()}
 
 
 def _report(configs, results, submitted: bool = False) -> int:
-    """One line per run; the largest exit code of their statuses.  ``submitted``: the jobs of ``--no-wait``, and
-    the runs not submitted."""
+    """One line per run (``submitted``: the job ids of ``--no-wait``); the largest exit code of their statuses."""
     if submitted:
         for c, r in zip(configs, results):
             what = f"job {r.job_id}" if r.job_id is not None else f"not submitted: {r.status}"

@@ -32,17 +32,14 @@ SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 EXPONENTIAL = ("texp", "texp--", "cosine-texp")
 #: the values of ``--precision``: fp32; bf16 (autocast, fp32 weights); fp64; auto (bf16 on CUDA, else fp32).
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
-#: the values of ``--compile``: ``torch.compile``'s modes, or none.
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-# The bounds below and why: docs/cifar10-engine.md, "The settings' bounds".
 #: float32's smallest normal and largest value: every lr the optimizer plays stays in between.
 LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 #: the largest ``rescale_above``: float32's largest value / 4 (:func:`~explr.lr_scheduler.max_rescale_above`).
 RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
-#: the most epochs a run may ask for (``--epochs``).
+#: the bounds of ``--epochs`` and ``--depth`` (He et al.'s ResNet-1202, 2016); why: docs/cifar10-engine.md.
 MAX_EPOCHS = 100_000
-#: the deepest PreResNet: He et al.'s ResNet-1202 (2016, Sec. 4.2).
 MAX_DEPTH = 1202
 #: the most CPU threads of a run, and runs at once on one machine (``--jobs``).
 MAX_THREADS = MAX_JOBS = 1024
@@ -71,8 +68,7 @@ class Device:
             return False
         return v in DEVICES or (re.fullmatch(r"cuda:[0-9]+", v) is not None and self.index.ok(int(v[5:])))
 
-    def parse(self, text: str):
-        return text
+    parse = staticmethod(str)
 
 
 def lr_wd_limit(momentum: float) -> float:
@@ -161,9 +157,8 @@ class TrainConfig:
 
 
     def validate(self) -> "TrainConfig":
-        """Raise ``ValueError`` naming the field and its CLI flag, with the valid range, for any invalid value.  The
-        first lr is the largest played: there an exponential schedule's growth rate α must exist
-        (:func:`explr.schedules.alpha`), and SGD with weight decay must not blow the weights up (:func:`lr_wd_limit`)."""
+        """``ValueError`` naming the field, its flag and the valid range, for any invalid value; at the first lr, the
+        largest played, α must exist (:func:`explr.schedules.alpha`) or SGD not blow up (:func:`lr_wd_limit`)."""
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata
             if not (value is None and meta["optional"]) and not meta["rule"].ok(value):
@@ -307,15 +302,11 @@ def available_memory() -> int | None:
     return None
 
 
-def default_threads(device: torch.device, jobs: int = 1) -> int:
-    """Threads per run: 1 on a GPU; on a CPU ``max(1, (available_cpus() − 1) // jobs)``, one CPU left free."""
-    if device.type != "cpu":
-        return 1
-    return max(1, (available_cpus() - 1) // max(1, jobs))
-
-
 def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) -> int:
-    return threads if threads is not None else default_threads(device, jobs)
+    """``threads``, by default 1 on a GPU and ``max(1, (available_cpus() − 1) // jobs)`` on a CPU (one left free)."""
+    if threads is not None:
+        return threads
+    return 1 if device.type != "cpu" else max(1, (available_cpus() - 1) // max(1, jobs))
 
 
 def workers(jobs: int, runs: int, device: torch.device) -> int:
@@ -329,15 +320,12 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device (--device) {name!r}: CUDA is not available on this machine (use --device cpu "
-                             "or auto)")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device (--device) {name!r}: this machine has {torch.cuda.device_count()} CUDA "
-                             f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ValueError(f"device (--device) {name!r}: MPS is not available on this machine")
+    if not {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}[device.type]:
+        raise ValueError(f"device (--device) {name!r}: {device.type.upper()} is not available on this machine (use "
+                         "--device cpu or auto)")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device (--device) {name!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return device
 
 
@@ -362,8 +350,7 @@ def worker_gpus(workers: int, visible: str | None = None, count: int | None = No
     count = torch.cuda.device_count() if count is None else count
     if count < 1:
         return [None] * workers
-    if visible is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
     ids = ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
     return [ids[i % count] for i in range(workers)]
@@ -417,8 +404,7 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
 
 
 def rescale_limit(config: TrainConfig) -> float | None:
-    """The ``rescale_above`` that :class:`~explr.lr_scheduler.PerStepLR` plays ``config`` with: ``None`` for
-    ``step`` and ``cosine``, which never rise above ``lr``."""
+    """The ``rescale_above`` that ``config`` is played with; ``None`` for ``step`` and ``cosine`` (never above ``lr``)."""
     return config.rescale_above if config.schedule in EXPONENTIAL else None
 
 
