@@ -69,14 +69,12 @@ def main(argv=None) -> int:
     manifests = _manifest_times(configs, args.out)
     with handle_signals():
         try:
-            check_launcher(args.launcher, jobs=args.jobs, cluster=args.cluster, partition=args.partition,
-                           account=args.account, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                           wait=args.wait, timeout_min=args.time)
-            if args.launcher == "submitit":
-                given = {k: v for k, v in (("cluster", args.cluster), ("timeout_min", args.time)) if v is not None}
-                results = submit(configs, args.out, resume=args.resume, wait=args.wait, gpus_per_run=args.gpus_per_run,
-                                 partition=args.partition, account=args.account, cpus_per_run=args.cpus_per_run,
-                                 **given)  # submit's defaults where not given
+            job = {"wait": args.wait, "partition": args.partition, "account": args.account,
+                   "gpus_per_run": args.gpus_per_run, "cpus_per_run": args.cpus_per_run}
+            given = {k: v for k, v in (("cluster", args.cluster), ("timeout_min", args.time)) if v is not None}
+            check_launcher(args.launcher, jobs=args.jobs, **job, **given)
+            if args.launcher == "submitit":  # submit's defaults where not given
+                results = submit(configs, args.out, resume=args.resume, **job, **given)
             else:
                 results = run_many(configs, args.out, jobs=args.jobs, resume=args.resume, progress=args.progress)
         except ValueError as err:  # settings, device, data, run folders: nothing was written

@@ -77,9 +77,9 @@ def lr_wd_limit(momentum: float) -> float:
     return 2.0 * (1.0 + momentum)
 
 
-def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
-    """A field of :class:`TrainConfig`: ``trajectory`` True (a resume must agree) or ``"resolved"`` (must agree once
-    ``auto`` is resolved); ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
+def setting(default, help: str, rule, group: str, *, trajectory=True, optional=False, sweep=False):
+    """A field of :class:`TrainConfig`: ``trajectory`` True (a resume must agree), ``"resolved"`` (must agree once
+    ``auto`` is resolved) or False; ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
     return field(default=default, metadata={"help": help, "rule": rule, "group": group, "trajectory": trajectory,
                                             "optional": optional, "sweep": sweep})
 
@@ -93,68 +93,62 @@ class TrainConfig:
     schedule: str = setting(
         "step", "step = step decay + WD; texp = its exact exponential equivalent, no WD (with momentum corrections); "
         "texp-- = TEXP without the LR drops; cosine = per-epoch cosine + WD; cosine-texp = TEXP of that cosine",
-        Choice(SCHEDULES), "runs", trajectory=True, sweep=True)
+        Choice(SCHEDULES), "runs", sweep=True)
     seed: int = setting(0, "seeds (model init, data order, augmentation); runs = schedules x seeds",
-                        Int(0, note=" (what torch.manual_seed takes)", maximum=MAX_SEED), "runs", trajectory=True,
-                        sweep=True)
-    epochs: int = setting(200, "epochs per run", Int(1, maximum=MAX_EPOCHS), "runs", trajectory=True)
+                        Int(0, note=" (what torch.manual_seed takes)", maximum=MAX_SEED), "runs", sweep=True)
+    epochs: int = setting(200, "epochs per run", Int(1, maximum=MAX_EPOCHS), "runs")
     lr: float = setting(0.1, "initial learning rate eta_0; every lr the schedule plays must stay in float32's normal "
                         "range", Float(LR_MIN, LR_MAX, lo_open=False, hi_open=False, note=" (float32's normal range)"),
-                        "optimisation", trajectory=True)
+                        "optimisation")
     wd: float = setting(5e-4, "weight decay lambda (the exponential schedules build their growth rate from it and "
                         "train without it); at most float32's largest value, as the optimizer holds it in float32",
-                        Float(0, LR_MAX, lo_open=False, hi_open=False, note=" (float32's range)"), "optimisation",
-                        trajectory=True)
-    momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation",
-                              trajectory=True)
+                        Float(0, LR_MAX, lo_open=False, hi_open=False, note=" (float32's range)"), "optimisation")
+    momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation")
     batch_size: int = setting(128, "training batch size (each epoch uses n_train // batch-size full batches)",
-                              Int(1), "optimisation", trajectory=True)
+                              Int(1), "optimisation")
     decay_epochs: tuple | None = setting(
         None, "epochs where step decay multiplies the lr by --decay-factor (default: 50%% and 75%% of --epochs, "
         "i.e. 100 150 for 200); give none for a constant lr", Numbers(Int(1), min_len=0), "optimisation",
-        trajectory=True, optional=True)
-    decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation",
-                                  trajectory=True)
+        optional=True)
+    decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation")
     corrections: str = setting("all", "momentum corrections of TEXP at phase starts: all (exact), start, none",
-                               Choice(CORRECTIONS), "optimisation", trajectory=True)
+                               Choice(CORRECTIONS), "optimisation")
     rescale_above: float = setting(
         100.0, "exponential schedules: when the optimizer's lr would exceed this, rescale (theta, v, lr) -> "
         "(c theta, v/c, c^2 lr), the same network, so float32/bf16 never overflow; must exceed the schedule's "
         "first lr", Float(0, RESCALE_ABOVE_MAX, hi_open=False, note=" (at most float32's largest value / 4)"),
-        "optimisation", trajectory=True)
+        "optimisation")
     depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...); at most 1202, He et al.'s deepest CIFAR ResNet",
-                         Int(8, (6, 2), note=" (20, 32, 56, ..., 1202)", maximum=MAX_DEPTH), "model", trajectory=True)
+                         Int(8, (6, 2), note=" (20, 32, 56, ..., 1202)", maximum=MAX_DEPTH), "model")
     invariant: bool = setting(True, "scale-invariant mode of the paper: BN scale/bias and the last linear layer "
-                              "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model",
-                              trajectory=True)
+                              "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model")
     bn_eps: float = setting(1e-5, "BatchNorm epsilon, a small stabiliser added to each channel's batch variance: at "
                             "most 0.1, which already damps a unit-variance channel by 5%% and breaks the scale "
                             "invariance in proportion (larger values make the outputs constant)",
-                            Float(0, BN_EPS_MAX, hi_open=False), "model", trajectory=True)
-    augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data",
-                            trajectory=True)
+                            Float(0, BN_EPS_MAX, hi_open=False), "model")
+    augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data")
     data: str = setting("auto", "'auto' (download CIFAR-10 into --data-root, md5-checked), 'synthetic' (small "
                         "generated stand-in), a .npz with x_train,y_train,x_test,y_test (uint8, HWC), a folder with "
                         "CIFAR-10's python batches, an image-folder tree train/<class>/*.png|jpg, test/... or a "
                         ".tar/.tar.gz/.tgz of one (its data sha256 must match on resume)",
-                        Text("a data source"), "data")
+                        Text("a data source"), "data", trajectory=False)
     data_root: str = setting("data", "download/extract folder for --data auto; decoded image folders are cached "
-                             "in DATA_ROOT/cache", FOLDER, "data")
+                             "in DATA_ROOT/cache", FOLDER, "data", trajectory=False)
     device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N or mps", Device(),
                           "hardware", trajectory="resolved")
     precision: str = setting("auto", "fp32; bf16 = torch.autocast bfloat16 (fp32 weights); fp64; auto = bf16 on "
                              "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
     channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
-                                  "hardware")
-    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware")
+                                  "hardware", trajectory=False)
+    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware",
+                           trajectory=False)
     threads: int | None = setting(
         None, "torch CPU threads (default: the CPUs this process may use (its CPU affinity), minus one "
         "left for everything else; 1 per run on a GPU); results on a CPU depend on it; at most 1024, more than "
-        "any one machine has", Int(1, maximum=MAX_THREADS), "hardware",
-        trajectory="resolved", optional=True)
-    eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware")
-    log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware")
-
+        "any one machine has", Int(1, maximum=MAX_THREADS), "hardware", trajectory="resolved", optional=True)
+    eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware", trajectory=False)
+    log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware",
+                             trajectory=False)
 
     def validate(self) -> "TrainConfig":
         """``ValueError`` naming the field, its flag and the valid range, for any invalid value; at the first lr, the
@@ -213,11 +207,11 @@ def default_decay_epochs(epochs: int) -> list[int]:
 # ----------------------------------------------------------------------------- the command line, from the fields
 class CommandLineParser(argparse.ArgumentParser):
     """The engine's command-line parser (the CLI, the experiment scripts): an error is one line on stderr and exit
-    code 2, and a value that looks like a negative number is a value (``--wd -1e-4``, ``--momentum -inf``)."""
+    code 2, and a value that looks like a negative number is a value (argparse alone reads ``--wd -1e-4`` as flags)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = re.compile(r"-\.?\d|-inf|-nan", re.IGNORECASE)  # argparse's: -1, -.5
+        self._negative_number_matcher = re.compile(r"-\.?\d|-inf|-nan", re.IGNORECASE)  # noqa: V101 (argparse reads it)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -289,7 +283,6 @@ def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
     return argv
 
 
-# ----------------------------------------------------------------------------- the machine that trains
 def available_cpus() -> int:
     """The CPUs in this process's affinity mask (SLURM, taskset and Docker limit it); ``os.cpu_count()`` elsewhere."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -344,16 +337,14 @@ def device_name(device: torch.device) -> str:
     return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G, of the parent's
-    ``visible`` ids if set (``count``: the GPUs, ``torch.cuda.device_count()``); ``None`` each with no GPU."""
-    count = torch.cuda.device_count() if count is None else count
-    if count < 1:
-        return [None] * workers
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
-    ids = ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
-    return [ids[i % count] for i in range(workers)]
+def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G of the parent's GPUs
+    (``visible``, by default its ``CUDA_VISIBLE_DEVICES``); ``None`` each where there is no GPU."""
+    count = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    ids = [v.strip() for v in visible.split(",") if v.strip()][:count]
+    ids = ids if len(ids) == count else [str(i) for i in range(count)]
+    return [ids[i % count] if count else None for i in range(workers)]
 
 
 def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
@@ -404,13 +395,13 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
 
 
 def rescale_limit(config: TrainConfig) -> float | None:
-    """The ``rescale_above`` that ``config`` is played with; ``None`` for ``step`` and ``cosine`` (never above ``lr``)."""
+    """The ``rescale_above`` that ``config`` is played with; ``None`` for step and cosine (never above ``lr``)."""
     return config.rescale_above if config.schedule in EXPONENTIAL else None
 
 
 # ----------------------------------------------------------------------------- chapter 6's plan
-#: the settings of the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1.
-PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
+#: the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1, decays at 2/3 and 5/6.
+PAPER_SCALE, PAPER_SCALE_DECAY_AT = {"wd": 5e-3, "rescale_above": 1.0}, (Fraction(2, 3), Fraction(5, 6))
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
@@ -422,14 +413,14 @@ def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[in
     ``paper_epochs`` (default ``epochs``), for ``paper_seeds`` (default main's first).  ``common``: any other
     :class:`TrainConfig` field, for every run."""
     seeds = seeds if isinstance(seeds, Mapping) else dict.fromkeys(schedules, list(seeds))
-    plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common) for s in schedules for k in seeds.get(s, ())]}
+    plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
+                     for s in schedules for k in seeds.get(s, ())]}
     if ablation and "texp" in schedules:
         plan["ablation-none"] = [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common)
                                  for k in seeds.get("texp", ())]
     if paper_scale:
-        E = epochs if paper_epochs is None else paper_epochs
-        decays = tuple(milestones_at(E, (Fraction(2, 3), Fraction(5, 6))))
-        first = [c.seed for c in plan["main"]][:1]
-        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, epochs=E, decay_epochs=decays, **{**common, **PAPER_SCALE})
-                               for k in (first if paper_seeds is None else paper_seeds) for s in ("step", "texp")]
+        E = paper_epochs or epochs
+        paper = {**common, **PAPER_SCALE, "epochs": E, "decay_epochs": tuple(milestones_at(E, PAPER_SCALE_DECAY_AT))}
+        paper_seeds = [c.seed for c in plan["main"]][:1] if paper_seeds is None else paper_seeds
+        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, **paper) for k in paper_seeds for s in ("step", "texp")]
     return plan

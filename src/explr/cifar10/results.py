@@ -82,13 +82,9 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
 
 
 def experiment_runs(source, name: str, *, schedules=None, seeds=None, require_seeds: bool = False) -> list[dict]:
-    """The runs (:func:`~explr.cifar10.runfolder.load_runs`) of experiment ``name`` in the results tree ``source``:
-    those of ``source/name``, or, for ``name == "main"`` where there is no such folder, those at the top of
-    ``source`` (a tree of the main comparison alone); ``[]`` where the experiment has no folder.
-
-    ``schedules``: only the runs of these schedules (``None``: all); ``seeds``: only the runs of these seeds.
-    ``require_seeds``: a ``ValueError`` naming the folder and the seeds it holds when one of ``seeds`` has no run
-    there (a comparison over seeds that were never trained would silently shrink)."""
+    """The runs (:func:`~explr.cifar10.runfolder.load_runs`) of experiment ``name`` in the results tree ``source``
+    (``source/name``; for ``main`` without that folder, the top of ``source``), of ``schedules`` and ``seeds`` if
+    given; ``[]`` where it has no folder.  ``require_seeds``: a ``ValueError`` naming the seeds it lacks."""
     source = Path(source)
     folder = source / name if (source / name).is_dir() else (source if name == "main" else None)
     found = [r for r in (load_runs(folder) if folder else []) if schedules is None or r["schedule"] in schedules]
