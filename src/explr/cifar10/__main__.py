@@ -23,6 +23,7 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    positive, count = argument_type("count", Int(1)), argument_type("count", Int(0))
     p = CommandLineParser(
         prog="python -m explr.cifar10",
         description="Train PreResNet on CIFAR-10 with the schedules of Li & Arora (ICLR 2020): step decay + WD, "
@@ -50,16 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submitit's executor: slurm, or local (subprocesses of this machine, for tests); None: slurm")
     g.add_argument("--partition", default=None, help="SLURM partition")
     g.add_argument("--account", default=None, help="SLURM account")
-    g.add_argument("--gpus-per-run", type=_count, default=0, help="GPUs per job")
-    g.add_argument("--cpus-per-run", type=_positive, default=None, help="CPUs per job (None: the cluster's default)")
-    g.add_argument("--time", type=_positive, default=None, help="time limit per job in minutes (preempted or timed-out "
+    g.add_argument("--gpus-per-run", type=count, default=0, help="GPUs per job")
+    g.add_argument("--cpus-per-run", type=positive, default=None, help="CPUs per job (None: the cluster's default)")
+    g.add_argument("--time", type=positive, default=None, help="time limit per job in minutes (preempted or timed-out "
                    "jobs are requeued and resume from their last checkpoint); None: 60")
     g.add_argument("--no-wait", dest="wait", action="store_false",
                    help="return after submitting (print the job ids); by default wait for every job")
     return p
-
-
-_positive, _count = argument_type("count", Int(1)), argument_type("count", Int(0))
 
 
 def main(argv=None) -> int:

@@ -53,7 +53,6 @@ FOLDER, JOBS = Text("a folder"), Int(1, maximum=MAX_JOBS)
 DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 
 
-# ----------------------------------------------------------------------------- rules of a value (explr.params)
 @dataclass(frozen=True)
 class Device:
     """A device name the engine trains on (whether it is available here: :func:`resolve_device`)."""
@@ -64,9 +63,8 @@ class Device:
         return f"one of auto, cpu, cuda, cuda:N with N in [0, {self.index.maximum}], mps"
 
     def ok(self, v) -> bool:
-        if not isinstance(v, str):
-            return False
-        return v in DEVICES or (re.fullmatch(r"cuda:[0-9]+", v) is not None and self.index.ok(int(v[5:])))
+        cuda = re.fullmatch(r"cuda:([0-9]+)", v) if isinstance(v, str) else None
+        return v in DEVICES or (cuda is not None and self.index.ok(int(cuda[1])))
 
     parse = staticmethod(str)
 
@@ -84,7 +82,6 @@ def setting(default, help: str, rule, group: str, *, trajectory=True, optional=F
                                             "optional": optional, "sweep": sweep})
 
 
-# ----------------------------------------------------------------------------- the configuration
 @dataclass
 class TrainConfig:
     """Everything that defines a run; the CLI flag of a field is ``--`` + its name with ``-``, its help the flag's.
@@ -162,11 +159,11 @@ class TrainConfig:
                 check_milestones(self.decay_epochs, self.epochs)
             except ValueError as err:
                 raise ValueError(f"decay_epochs ({flag('decay_epochs')}): {err}") from None
-        if self.schedule in EXPONENTIAL and not self.invariant:
-            raise ValueError(
-                f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
-                "network and rescaled during training; it needs invariant=True (drop --no-invariant)")
         if self.schedule in EXPONENTIAL:
+            if not self.invariant:
+                raise ValueError(f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for "
+                                 "a scale-invariant network and rescaled during training; it needs invariant=True "
+                                 "(drop --no-invariant)")
             try:
                 alpha(self.lr, self.wd, self.momentum)
             except ValueError as err:
@@ -204,7 +201,6 @@ def default_decay_epochs(epochs: int) -> list[int]:
     return milestones_at(epochs, DEFAULT_DECAY_AT)
 
 
-# ----------------------------------------------------------------------------- the command line, from the fields
 class CommandLineParser(argparse.ArgumentParser):
     """The engine's command-line parser (the CLI, the experiment scripts): an error is one line on stderr and exit
     code 2, and a value that looks like a negative number is a value (argparse alone reads ``--wd -1e-4`` as flags)."""
@@ -276,10 +272,8 @@ def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
             continue
         if isinstance(f.metadata["rule"], Flag):
             argv.append(flag(name) if value else "--no-" + name.replace("_", "-"))
-        elif isinstance(value, (list, tuple)):
-            argv += [flag(name), *map(str, value)]
         else:
-            argv += [flag(name), str(value)]
+            argv += [flag(name), *map(str, value if isinstance(value, (list, tuple)) else [value])]
     return argv
 
 
@@ -357,18 +351,11 @@ def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
             "threads": resolve_threads(config.threads, device, jobs)}
 
 
-# ----------------------------------------------------------------------------- the schedule played
-#: bytes per step of building and playing a schedule, at its peak: a bound above every schedule's.
-SCHEDULE_BYTES_PER_STEP = 256
-
-
 def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
-    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``: an exponential schedule's
-    :class:`~explr.schedules.EquivalentSchedule` (log space) or the :class:`~explr.schedules.PlainSchedule` of
-    ``step``/``cosine``.  ``ValueError`` naming the flag if it would not fit in memory (checked before it is built)
-    or plays an lr below :data:`LR_MIN` (docs/cifar10-engine.md, "The settings' bounds")."""
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config`` (an exponential one in log space); a
+    ``ValueError`` naming the flag if it would not fit in memory (checked first) or plays an lr below :data:`LR_MIN`."""
     c, E, S = config, config.epochs, steps_per_epoch
-    need, available = E * S * SCHEDULE_BYTES_PER_STEP, available_memory()
+    need, available = E * S * 256, available_memory()  # bytes per step at the peak of building it, for every schedule
     if available is not None and need > available:
         raise ValueError(f"epochs (--epochs) {E}: the per-step schedule of {E} epochs x {S} steps needs "
                          f"{need / 2**30:.3g} GiB of memory, more than the {available / 2**30:.3g} GiB available "
@@ -399,7 +386,6 @@ def rescale_limit(config: TrainConfig) -> float | None:
     return config.rescale_above if config.schedule in EXPONENTIAL else None
 
 
-# ----------------------------------------------------------------------------- chapter 6's plan
 #: the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1, decays at 2/3 and 5/6.
 PAPER_SCALE, PAPER_SCALE_DECAY_AT = {"wd": 5e-3, "rescale_above": 1.0}, (Fraction(2, 3), Fraction(5, 6))
 

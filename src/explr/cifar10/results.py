@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
@@ -56,29 +57,25 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
     cache = Path(cache_dir or Path.home() / ".cache" / "explr") / hashlib.sha256(url.encode()).hexdigest()[:16]
     if (cache / rel).is_dir():
         return cache / rel
-    partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # renamed when complete: never half a cache
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, tarfile.open(fileobj=response, mode="r|*") as tar:
-            for member in tar:  # <repo>-<revision>/results/...: the prefix stripped, only the result files
-                inner = member.name.partition("/")[2]
-                if (member.isfile() and inner.startswith("results/") and inner.endswith(RESULT_SUFFIXES)
-                        and ".." not in inner.split("/")):
-                    (partial / inner).parent.mkdir(parents=True, exist_ok=True)
-                    (partial / inner).write_bytes(tar.extractfile(member).read())
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:  # also a file that is a folder of other files
-        shutil.rmtree(partial, ignore_errors=True)
-        raise FileNotFoundError(f"{path} is absent, and the repository archive {url} could not be fetched or is "
-                                f"truncated or damaged ({' '.join(str(err).split())}): {CLONE} or train with "
-                                "train=True") from None
-    if not (partial / rel).is_dir():
-        shutil.rmtree(partial, ignore_errors=True)
-        raise FileNotFoundError(f"{path} is absent, and the repository archive {url} holds no {rel}/")
-    shutil.rmtree(cache, ignore_errors=True)
-    os.replace(partial, cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(".tmp", dir=cache.parent, ignore_cleanup_errors=True) as partial:
+        try:  # extracted beside the cache and renamed when complete: never half a cache
+            with urllib.request.urlopen(url, timeout=60) as response, tarfile.open(fileobj=response, mode="r|*") as tar:
+                for member in tar:  # <repo>-<revision>/results/...: the prefix stripped, only the result files
+                    inner = member.name.partition("/")[2]
+                    if (member.isfile() and inner.startswith("results/") and inner.endswith(RESULT_SUFFIXES)
+                            and ".." not in inner.split("/")):
+                        Path(partial, inner).parent.mkdir(parents=True, exist_ok=True)
+                        Path(partial, inner).write_bytes(tar.extractfile(member).read())
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as err:  # also a file that is a folder of other files
+            raise FileNotFoundError(f"{path} is absent, and the repository archive {url} could not be fetched or is "
+                                    f"truncated or damaged ({' '.join(str(err).split())}): {CLONE} or train with "
+                                    "train=True") from None
+        if not Path(partial, rel).is_dir():
+            raise FileNotFoundError(f"{path} is absent, and the repository archive {url} holds no {rel}/")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.replace(partial, cache)
     return cache / rel
-
-
 
 
 def experiment_runs(source, name: str, *, schedules=None, seeds=None, require_seeds: bool = False) -> list[dict]:
