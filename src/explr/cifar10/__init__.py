@@ -1,12 +1,8 @@
 """The CIFAR-10 engine: Li & Arora's (ICLR 2020, Sec. 5) schedules on a scale-invariant PreResNet, resumable runs.
 
-Modules, one concern each, from the settings up (how they work together: docs/cifar10-engine.md):
-:mod:`~explr.cifar10.config` (every setting, the command line, the schedule played, the machine, the plan),
-:mod:`~explr.cifar10.data` (every ``--data`` source), :mod:`~explr.cifar10.files` (atomic writes, locks, signals,
-:class:`Status`), :mod:`~explr.cifar10.runfolder` (a run folder's files and checks), :mod:`~explr.cifar10.runs`
-(one run: the sampler, :class:`Trainer`, :func:`train_run`), :mod:`~explr.cifar10.sweep` (many runs: here, in
-workers, as submitit jobs), :mod:`~explr.cifar10.results` (the committed results) and ``python -m explr.cifar10``
-(:mod:`~explr.cifar10.__main__`, the command line).
+Its modules, one concern each (how they work together: docs/cifar10-engine.md): ``config`` (the settings),
+``data``, ``files`` (writes, locks, signals), ``runfolder``, ``runs`` (one run), ``sweep`` (many runs, here or as
+submitit jobs), ``results`` (the committed ones) and ``__main__`` (the command line).
 """
 from .config import SCHEDULES, TrainConfig, default_decay_epochs, experiment_plan, played_schedule
 from .data import CifarArrays, DataError, load_cifar10, make_synthetic

@@ -103,15 +103,13 @@ def _report(configs, results, submitted: bool = False) -> int:
             print(f"{c.schedule + ' seed ' + str(c.seed):<28} {what}  {r.out}")
         return 0
     print(f"{'run':<28} {'status':<12} {'epochs':>6} {'test acc':>9}")
-    worst = 0
     for c, r in zip(configs, results):
         final = r.final or {}
         acc = f"{final['test_acc']:.4f}" if final else "-"
         print(f"{c.schedule + ' seed ' + str(c.seed):<28} {r.status:<12} {final.get('epoch', '-'):>6} {acc:>9}")
         if r.status.exit_code:
             print(f"  {r.message}", file=sys.stderr)
-            worst = max(worst, r.status.exit_code)
-    return worst
+    return max((r.status.exit_code for r in results), default=0)
 
 
 if __name__ == "__main__":

@@ -70,14 +70,13 @@ class Device:
 
 
 def lr_wd_limit(momentum: float) -> float:
-    """2(1 + γ): from λη = 2(1 + γ) on, SGD with momentum γ and weight decay λ blows the weights up (Jury's criterion,
-    Polyak 1964; docs/cifar10-engine.md, "Weight decays that blow up")."""
+    """2(1 + γ): the λη from which SGD with momentum γ blows the weights up (docs/cifar10-engine.md, Polyak 1964)."""
     return 2.0 * (1.0 + momentum)
 
 
 def setting(default, help: str, rule, group: str, *, trajectory=True, optional=False, sweep=False):
-    """A field of :class:`TrainConfig`: ``trajectory`` True (a resume must agree), ``"resolved"`` (must agree once
-    ``auto`` is resolved) or False; ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
+    """A field of :class:`TrainConfig`; ``trajectory``: a resume must agree (``"resolved"``: once ``auto`` is resolved);
+    ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
     return field(default=default, metadata={"help": help, "rule": rule, "group": group, "trajectory": trajectory,
                                             "optional": optional, "sweep": sweep})
 
@@ -161,9 +160,8 @@ class TrainConfig:
                 raise ValueError(f"decay_epochs ({flag('decay_epochs')}): {err}") from None
         if self.schedule in EXPONENTIAL:
             if not self.invariant:
-                raise ValueError(f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for "
-                                 "a scale-invariant network and rescaled during training; it needs invariant=True "
-                                 "(drop --no-invariant)")
+                raise ValueError(f"schedule (--schedule) {self.schedule!r} is exponential, exact only for a scale-"
+                                 "invariant network: it needs invariant=True (drop --no-invariant)")
             try:
                 alpha(self.lr, self.wd, self.momentum)
             except ValueError as err:
@@ -217,13 +215,10 @@ def argument_type(name: str, rule):
     """An argparse ``type`` that parses ``text`` by ``rule`` and refuses, in one line, a value it does not pass."""
 
     def parse(text):
-        try:
-            value = rule.parse(text)
-        except ValueError:
-            value = text
-        if not rule.ok(value):
-            raise argparse.ArgumentTypeError(f"must be {rule.rule()}; got {text!r}")
-        return value
+        with contextlib.suppress(ValueError):
+            if rule.ok(value := rule.parse(text)):
+                return value
+        raise argparse.ArgumentTypeError(f"must be {rule.rule()}; got {text!r}")
 
     parse.__name__ = name  # argparse names it in "invalid <name> value"
     return parse
@@ -298,8 +293,7 @@ def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) ->
 
 def workers(jobs: int, runs: int, device: torch.device) -> int:
     """The worker processes of a sweep: ``jobs``, at most the runs and, on the CPU, the CPUs."""
-    n = min(jobs, runs)
-    return min(n, available_cpus()) if device.type == "cpu" else n
+    return min(jobs, runs, available_cpus()) if device.type == "cpu" else min(jobs, runs)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -326,14 +320,12 @@ def param_dtype(precision: str) -> torch.dtype:
 
 
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
 
 
 def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G of the parent's GPUs
-    (``visible``, by default its ``CUDA_VISIBLE_DEVICES``); ``None`` each where there is no GPU."""
+    """``CUDA_VISIBLE_DEVICES`` of each worker: GPU i mod G of the parent's ``visible`` GPUs; ``None`` with no GPU."""
     count = torch.cuda.device_count()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
     ids = [v.strip() for v in visible.split(",") if v.strip()][:count]
@@ -342,8 +334,7 @@ def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
 
 
 def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
-    """:data:`RESOLVED_KEYS` of ``config`` on this machine, one run of ``jobs`` at a time; ``here=False`` (a cluster
-    job resolves them on its node): as given."""
+    """:data:`RESOLVED_KEYS` of ``config`` here, ``jobs`` runs at a time (``here=False``: as given, for a job)."""
     if not here:
         return {"device": config.device, "precision": config.precision, "threads": config.threads}
     device = resolve_device(config.device)
@@ -360,10 +351,8 @@ def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
         raise ValueError(f"epochs (--epochs) {E}: the per-step schedule of {E} epochs x {S} steps needs "
                          f"{need / 2**30:.3g} GiB of memory, more than the {available / 2**30:.3g} GiB available "
                          "here; lower --epochs or raise --batch-size")
-    if c.schedule in ("step", "texp", "texp--"):
-        base = step_decay(c.lr, E, S, c.milestones(), c.decay_factor)
-    else:
-        base = cosine(c.lr, E, S, per="epoch")
+    base = (step_decay(c.lr, E, S, c.milestones(), c.decay_factor) if c.schedule in ("step", "texp", "texp--")
+            else cosine(c.lr, E, S, per="epoch"))
     if c.schedule in ("step", "cosine"):
         played = PlainSchedule(base, np.full(len(base), float(c.wd)), name=c.schedule)
     else:
@@ -387,17 +376,17 @@ def rescale_limit(config: TrainConfig) -> float | None:
 
 
 #: the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1, decays at 2/3 and 5/6.
-PAPER_SCALE, PAPER_SCALE_DECAY_AT = {"wd": 5e-3, "rescale_above": 1.0}, (Fraction(2, 3), Fraction(5, 6))
+PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
+PAPER_SCALE_DECAY_AT = (Fraction(2, 3), Fraction(5, 6))
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
                     ablation: bool = True, paper_scale: bool = True, paper_seeds: Iterable[int] | None = None,
                     paper_epochs: int | None = None, **common) -> dict[str, list[TrainConfig]]:
     """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (one list, or schedule → seeds);
-    ``ablation-none`` if ``ablation`` and TEXP is among them: TEXP without momentum corrections, TEXP's seeds;
-    ``paper-scale`` if ``paper_scale``: step and TEXP at :data:`PAPER_SCALE` with decays at 2/3 and 5/6 of
-    ``paper_epochs`` (default ``epochs``), for ``paper_seeds`` (default main's first).  ``common``: any other
-    :class:`TrainConfig` field, for every run."""
+    ``ablation-none`` (if ``ablation`` and TEXP is among them): TEXP without momentum corrections, for TEXP's seeds;
+    ``paper-scale`` (if ``paper_scale``): step and TEXP at :data:`PAPER_SCALE` for ``paper_epochs`` (default
+    ``epochs``) and ``paper_seeds`` (default main's first).  ``common``: other fields, for every run."""
     seeds = seeds if isinstance(seeds, Mapping) else dict.fromkeys(schedules, list(seeds))
     plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
                      for s in schedules for k in seeds.get(s, ())]}

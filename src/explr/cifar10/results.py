@@ -22,9 +22,8 @@ CLONE = "clone the repository (results/ is committed)"
 
 
 def release_archive_url() -> str:
-    """``<repository>/archive/<revision>.tar.gz`` of the installed explr: the git URL and commit pip recorded
-    (``direct_url.json``, PEP 610), else the ``Repository`` project URL at the tag ``v<version>``.
-    ``FileNotFoundError`` where explr is not installed as a distribution."""
+    """``<repository>/archive/<revision>.tar.gz`` of the installed explr: the git URL and commit pip recorded (PEP
+    610), else the ``Repository`` project URL at the tag ``v<version>``; else ``FileNotFoundError``."""
     from .. import __version__
 
     names = importlib.metadata.packages_distributions().get("explr", [])
@@ -44,9 +43,8 @@ def release_archive_url() -> str:
 
 
 def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archive_url: str | None = None) -> Path:
-    """``path`` if it is a folder; else the same ``results/...`` folder of the repository archive at ``archive_url``
-    (default :func:`release_archive_url`), its result files extracted once into ``cache_dir`` (default
-    ``~/.cache/explr``).  ``FileNotFoundError``, one line, if neither has it or the archive is damaged."""
+    """``path`` if it is a folder; else that ``results/...`` folder of the archive at ``archive_url`` (default
+    :func:`release_archive_url`), extracted once into ``cache_dir`` (``~/.cache/explr``); else ``FileNotFoundError``."""
     path = Path(path)
     if path.is_dir():
         return path
@@ -85,10 +83,7 @@ def experiment_runs(source, name: str, *, schedules=None, seeds=None, require_se
     source = Path(source)
     folder = source / name if (source / name).is_dir() else (source if name == "main" else None)
     found = [r for r in (load_runs(folder) if folder else []) if schedules is None or r["schedule"] in schedules]
-    if seeds is None:
-        return found
     held = sorted({r["seed"] for r in found})
-    missing = sorted(set(seeds) - set(held)) if require_seeds else []
-    if missing:
+    if require_seeds and (missing := sorted(set(seeds or ()) - set(held))):
         raise ValueError(f"seeds = {list(seeds)}: {missing} not in {folder} (it holds seeds {held})")
-    return [r for r in found if r["seed"] in seeds]
+    return [r for r in found if seeds is None or r["seed"] in seeds]
