@@ -3,10 +3,10 @@
     python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 --epochs 200 --data auto
 
 trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
-skips finished ones and starts missing ones.  The options are :class:`~explr.cifar10.config.TrainConfig`'s fields
-(``--help``).  Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders
-(one line, nothing written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full;
-128 + n after signal n (SIGINT, SIGTERM, SIGHUP, SIGUSR2; ``--resume`` continues the runs).
+skips finished ones and starts missing ones.  Options: :class:`~explr.cifar10.config.TrainConfig`'s fields, ``--help``.
+Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
+written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n
+(SIGINT, SIGTERM, SIGHUP, SIGUSR2; ``--resume`` continues the runs).
 """
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "its exact exponential equivalent TEXP (no WD), TEXP--, cosine + WD and TEXP of the cosine. "
                     "Every (schedule, seed) pair is one run in OUT/<schedule>/seed<seed>/ with manifest.json, "
                     "metrics.jsonl (one line per epoch) and checkpoint.pt (every epoch).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_arguments(p)
     g = p.add_argument_group("sweep")
     g.add_argument("--out", default="runs/cifar10", type=argument_type("out", FOLDER),

@@ -1,6 +1,5 @@
 """Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`), and what comes from it: the command line,
-the schedule played (:func:`played_schedule`, Li & Arora 2020, Sec. 5), the device, precision and threads resolved
-where it trains (:func:`resolved_settings`) and chapter 6's plan (:func:`experiment_plan`).
+the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan.
 """
 from __future__ import annotations
 
@@ -33,7 +32,6 @@ EXPONENTIAL = ("texp", "texp--", "cosine-texp")
 #: the values of ``--precision``: fp32; bf16 (autocast, fp32 weights); fp64; auto (bf16 on CUDA, else fp32).
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-DEVICES = ("auto", "cpu", "cuda", "mps")
 #: float32's smallest normal and largest value: every lr the optimizer plays stays in between.
 LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 #: the largest ``rescale_above``: float32's largest value / 4 (:func:`~explr.lr_scheduler.max_rescale_above`).
@@ -64,7 +62,7 @@ class Device:
 
     def ok(self, v) -> bool:
         cuda = re.fullmatch(r"cuda:([0-9]+)", v) if isinstance(v, str) else None
-        return v in DEVICES or (cuda is not None and self.index.ok(int(cuda[1])))
+        return v in ("auto", "cpu", "cuda", "mps") or (cuda is not None and self.index.ok(int(cuda[1])))
 
     parse = staticmethod(str)
 
@@ -228,9 +226,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None
     """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared; the fields
     whose metadata says ``sweep`` (or those named in ``sweep``) take several values."""
     groups = {}
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
-            continue
+    for f in [f for f in _FIELDS.values() if names is None or f.name in names]:
         meta = f.metadata
         group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
         many = meta["sweep"] if sweep is None else f.name in sweep

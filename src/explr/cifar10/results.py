@@ -18,7 +18,7 @@ from pathlib import Path
 from .runfolder import load_runs
 
 RESULT_SUFFIXES = (".json", ".jsonl", ".md")
-CLONE = "clone the repository (results/ is committed)"
+CLONE = "clone the repository (results/ is committed) or train with train=True"
 
 
 def release_archive_url() -> str:
@@ -29,7 +29,7 @@ def release_archive_url() -> str:
     names = importlib.metadata.packages_distributions().get("explr", [])
     if not names:
         raise FileNotFoundError("explr is not installed as a distribution, so the repository it came from is "
-                                f"unknown: {CLONE} or pip install it")
+                                f"unknown: pip install it, or {CLONE}")
     dist = importlib.metadata.distribution(names[0])
     info = json.loads(dist.read_text("direct_url.json") or "{}")
     vcs = info.get("vcs_info", {})
@@ -67,8 +67,7 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
                         Path(partial, inner).write_bytes(tar.extractfile(member).read())
         except (tarfile.TarError, EOFError, zlib.error, OSError) as err:  # also a file that is a folder of other files
             raise FileNotFoundError(f"{path} is absent, and the repository archive {url} could not be fetched or is "
-                                    f"truncated or damaged ({' '.join(str(err).split())}): {CLONE} or train with "
-                                    "train=True") from None
+                                    f"truncated or damaged ({' '.join(str(err).split())}): {CLONE}") from None
         if not Path(partial, rel).is_dir():
             raise FileNotFoundError(f"{path} is absent, and the repository archive {url} holds no {rel}/")
         shutil.rmtree(cache, ignore_errors=True)
