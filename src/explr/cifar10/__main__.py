@@ -5,12 +5,12 @@
 trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
 skips finished ones and starts missing ones.  Options: :class:`~explr.cifar10.config.TrainConfig`'s fields, ``--help``.
 Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
-written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n
-(SIGINT, SIGTERM, SIGHUP, SIGUSR2; ``--resume`` continues the runs).
+written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ..params import Int
@@ -90,8 +90,11 @@ def main(argv=None) -> int:
 
 def _manifest_times(configs, out) -> dict:
     """{manifest: its modification time}: a run that starts (or records an interruption) writes it."""
-    manifests = (run_dir(out, c.schedule, c.seed) / MANIFEST for c in configs)
-    return {m: m.stat().st_mtime_ns for m in manifests if m.is_file()}
+    times = {}
+    for manifest in (run_dir(out, c.schedule, c.seed) / MANIFEST for c in configs):
+        with contextlib.suppress(OSError):  # none yet, or a path that the checks refuse in one line
+            times[manifest] = manifest.stat().st_mtime_ns
+    return times
 
 
 def _report(configs, results, submitted: bool = False) -> int:

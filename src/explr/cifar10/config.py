@@ -55,14 +55,12 @@ DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 class Device:
     """A device name the engine trains on (whether it is available here: :func:`resolve_device`)."""
 
-    index = Int(0, maximum=MAX_DEVICE_INDEX)
-
     def rule(self) -> str:
-        return f"one of auto, cpu, cuda, cuda:N with N in [0, {self.index.maximum}], mps"
+        return f"one of auto, cpu, cuda, cuda:N with N in [0, {MAX_DEVICE_INDEX}], mps"
 
     def ok(self, v) -> bool:
         cuda = re.fullmatch(r"cuda:([0-9]+)", v) if isinstance(v, str) else None
-        return v in ("auto", "cpu", "cuda", "mps") or (cuda is not None and self.index.ok(int(cuda[1])))
+        return v in ("auto", "cpu", "cuda", "mps") or (cuda is not None and int(cuda[1]) <= MAX_DEVICE_INDEX)
 
     parse = staticmethod(str)
 

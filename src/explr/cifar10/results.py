@@ -1,6 +1,5 @@
-"""Chapter 6's committed results (:func:`committed_results`: ``results/`` of a clone, or of the repository archive
-where only a pip install is around; docs/cifar10-engine.md) and the runs of one experiment in a results tree
-(:func:`experiment_runs`).
+"""Chapter 6's committed results (:func:`committed_results`: a clone's ``results/``, or the repository archive's where
+only a pip install is around) and the runs of one experiment in a results tree (:func:`experiment_runs`).
 """
 from __future__ import annotations
 
