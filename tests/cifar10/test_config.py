@@ -22,9 +22,6 @@ arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
 npz = pytest.fixture(tiny_npz, scope="module", name="npz")
 
 
-CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
-
-
 def test_parser_validation_and_resume_keys_come_from_the_fields():
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     parser = build_parser()
@@ -124,9 +121,6 @@ def test_config_to_argv_gives_the_config_back_through_the_command_line(config):
 def test_config_to_argv_names_only_what_differs_from_the_defaults():
     assert config_to_argv(TrainConfig()) == []
     assert config_to_argv(TrainConfig(wd=5e-3, augment=False)) == ["--wd", "0.005", "--no-augment"]
-
-
-CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
 def test_available_cpus_follow_the_affinity_mask_and_threads_leave_one_free(monkeypatch):
