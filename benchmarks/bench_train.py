@@ -19,7 +19,7 @@ rounds of ``--steps`` steps, synchronising only at round ends.
 
 Contention (``--hog N``): the same measurement with N single-core busy loops (``yes > /dev/null``)
 running beside it, as when a reader's machine or a shared build machine is busy.  The engine's default
-CPU thread count (:func:`explr.cifar10.config.default_threads`) leaves one CPU free for exactly this.
+CPU thread count (:func:`explr.cifar10.config.resolve_threads`) leaves one CPU free for exactly this.
 """
 from __future__ import annotations
 

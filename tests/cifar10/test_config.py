@@ -11,7 +11,7 @@ from explr.cifar10 import config, sweep
 from explr.cifar10.__main__ import build_parser, main
 from explr.cifar10.config import (
     PAPER_SCALE, RESOLVED_KEYS, SCHEDULES, TRAJECTORY_KEYS, TrainConfig, add_config_arguments, config_to_argv,
-    configs_from_args, default_decay_epochs, experiment_plan, lr_wd_limit, paper_scale_milestones, played_schedule,
+    configs_from_args, default_decay_epochs, experiment_plan, lr_wd_limit, played_schedule,
 )
 from explr.schedules import EquivalentSchedule, PlainSchedule, cosine, step_decay, texp, texp_minus_minus
 
@@ -20,9 +20,6 @@ from cifar10_helpers import CLI_TINY, refused, tiny_arrays, tiny_npz
 pytestmark = pytest.mark.usefixtures("one_thread")
 arrays = pytest.fixture(tiny_arrays, scope="module", name="arrays")
 npz = pytest.fixture(tiny_npz, scope="module", name="npz")
-
-
-CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
 def test_parser_validation_and_resume_keys_come_from_the_fields():
@@ -126,19 +123,16 @@ def test_config_to_argv_names_only_what_differs_from_the_defaults():
     assert config_to_argv(TrainConfig(wd=5e-3, augment=False)) == ["--wd", "0.005", "--no-augment"]
 
 
-CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
-
-
 def test_available_cpus_follow_the_affinity_mask_and_threads_leave_one_free(monkeypatch):
     """SLURM, taskset and Docker's --cpuset-cpus show in the affinity mask: 2 of the host's CPUs are 2 CPUs."""
     monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {3, 5})
     assert config.available_cpus() == 2
     monkeypatch.setattr(config, "available_cpus", lambda: 8)
-    assert config.default_threads(torch.device("cpu")) == 7  # one CPU left for everything else
-    assert config.default_threads(torch.device("cpu"), jobs=3) == 2
-    assert config.default_threads(torch.device("cuda")) == 1
+    assert config.resolve_threads(None, torch.device("cpu")) == 7  # one CPU left for everything else
+    assert config.resolve_threads(None, torch.device("cpu"), jobs=3) == 2
+    assert config.resolve_threads(None, torch.device("cuda")) == 1
     monkeypatch.setattr(config, "available_cpus", lambda: 1)
-    assert config.default_threads(torch.device("cpu")) == 1
+    assert config.resolve_threads(None, torch.device("cpu")) == 1
     assert config.resolve_threads(5, torch.device("cpu")) == 5  # --threads overrides
 
 
@@ -196,7 +190,7 @@ def test_schedule_names_map_to_the_papers_schedules():
 
 def test_the_plans_are_chapter_6s():
     assert PAPER_SCALE == {"wd": 5e-3, "rescale_above": 1.0}
-    assert paper_scale_milestones(12) == [8, 10] and paper_scale_milestones(16) == [11, 13]
+    assert [c.decay_epochs for c in experiment_plan(4, [0], paper_epochs=12)["paper-scale"]] == [(8, 10), (8, 10)]
     plan = experiment_plan(16, [0, 1], device="cpu")
     assert list(plan) == ["main", "ablation-none", "paper-scale"]
     assert [(c.schedule, c.seed) for c in plan["main"]] == [(s, k) for s in SCHEDULES for k in (0, 1)]

@@ -71,7 +71,8 @@ def test_each_value_and_the_whole_list_of_decay_epochs_are_checked(npz, tmp_path
 # ----------------------------------------------------------------------------- negative numbers
 def test_a_negative_number_is_the_value_of_its_flag(npz, tmp_path, capsys):
     base = ["--data", npz, "--out", str(tmp_path), *CLI_TINY]
-    refused([*base, "--wd", "-1e-4"], capsys, "--wd", "must be a finite number in [0, 3.40282e+38] (float32's range); got '-1e-4'")
+    refused([*base, "--wd", "-1e-4"], capsys, "--wd",
+            "must be a finite number in [0, 3.40282e+38] (float32's range); got '-1e-4'")
     refused([*base, "--lr", "-1E-3"], capsys, "--lr", "got '-1E-3'")
     refused([*base, "--momentum", "-inf"], capsys, "--momentum", "got '-inf'")
     assert build_parser().parse_args(["--wd", "-0e0", "--seed", "1", "2"]).wd == 0.0

@@ -1,24 +1,16 @@
 """Command line: train the paper's CIFAR-10 schedules on a (scale-invariant) PreResNet.
 
-    python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 \\
-        --epochs 200 --data auto --out runs/cifar10
+    python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 --epochs 200 --data auto
 
-trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/`` (manifest.json,
-metrics.jsonl, checkpoint.pt; see :mod:`explr.cifar10.runs`).  ``--resume`` continues interrupted
-runs, skips finished ones and starts missing ones, so the same command can simply be run again.
-The training options come from :class:`explr.cifar10.config.TrainConfig`'s fields; ``--help`` lists them.
-
-Exit codes (:class:`~explr.cifar10.files.Status`): 0 every run finished; 2 bad settings, data or run folders
-(one line, nothing written); 3 a run diverged; 4 a run folder was taken by another process meanwhile; 5 a worker
-or cluster job failed; 6 the disk filled up (one line; the run says "disk full" if its manifest could still be
-written); 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 140 SIGUSR2 (the runs say "interrupted"; ``--resume`` continues
-them).  A value that looks like a negative number is a value: ``--wd -1e-4`` reads as ``--wd=-1e-4``.
+trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
+skips finished ones and starts missing ones.  Options: :class:`~explr.cifar10.config.TrainConfig`'s fields, ``--help``.
+Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
+written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 
 from ..params import Int
@@ -31,14 +23,14 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    positive, count = argument_type("count", Int(1)), argument_type("count", Int(0))
     p = CommandLineParser(
         prog="python -m explr.cifar10",
         description="Train PreResNet on CIFAR-10 with the schedules of Li & Arora (ICLR 2020): step decay + WD, "
                     "its exact exponential equivalent TEXP (no WD), TEXP--, cosine + WD and TEXP of the cosine. "
                     "Every (schedule, seed) pair is one run in OUT/<schedule>/seed<seed>/ with manifest.json, "
                     "metrics.jsonl (one line per epoch) and checkpoint.pt (every epoch).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_arguments(p)
     g = p.add_argument_group("sweep")
     g.add_argument("--out", default="runs/cifar10", type=argument_type("out", FOLDER),
@@ -58,16 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submitit's executor: slurm, or local (subprocesses of this machine, for tests); None: slurm")
     g.add_argument("--partition", default=None, help="SLURM partition")
     g.add_argument("--account", default=None, help="SLURM account")
-    g.add_argument("--gpus-per-run", type=_count, default=0, help="GPUs per job")
-    g.add_argument("--cpus-per-run", type=_positive, default=None, help="CPUs per job (None: the cluster's default)")
-    g.add_argument("--time", type=_positive, default=None, help="time limit per job in minutes (preempted or timed-out "
+    g.add_argument("--gpus-per-run", type=count, default=0, help="GPUs per job")
+    g.add_argument("--cpus-per-run", type=positive, default=None, help="CPUs per job (None: the cluster's default)")
+    g.add_argument("--time", type=positive, default=None, help="time limit per job in minutes (preempted or timed-out "
                    "jobs are requeued and resume from their last checkpoint); None: 60")
     g.add_argument("--no-wait", dest="wait", action="store_false",
                    help="return after submitting (print the job ids); by default wait for every job")
     return p
-
-
-_positive, _count = argument_type("count", Int(1)), argument_type("count", Int(0))
 
 
 def main(argv=None) -> int:
@@ -77,14 +66,12 @@ def main(argv=None) -> int:
     manifests = _manifest_times(configs, args.out)
     with handle_signals():
         try:
-            check_launcher(args.launcher, jobs=args.jobs, cluster=args.cluster, partition=args.partition,
-                           account=args.account, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                           wait=args.wait, timeout_min=args.time)
-            if args.launcher == "submitit":
-                given = {k: v for k, v in (("cluster", args.cluster), ("timeout_min", args.time)) if v is not None}
-                results = submit(configs, args.out, resume=args.resume, wait=args.wait, gpus_per_run=args.gpus_per_run,
-                                 partition=args.partition, account=args.account, cpus_per_run=args.cpus_per_run,
-                                 **given)  # submit's defaults where not given
+            job = {"wait": args.wait, "partition": args.partition, "account": args.account,
+                   "gpus_per_run": args.gpus_per_run, "cpus_per_run": args.cpus_per_run}
+            given = {k: v for k, v in (("cluster", args.cluster), ("timeout_min", args.time)) if v is not None}
+            check_launcher(args.launcher, jobs=args.jobs, **job, **given)
+            if args.launcher == "submitit":  # submit's defaults where not given
+                results = submit(configs, args.out, resume=args.resume, **job, **given)
             else:
                 results = run_many(configs, args.out, jobs=args.jobs, resume=args.resume, progress=args.progress)
         except ValueError as err:  # settings, device, data, run folders: nothing was written
@@ -102,32 +89,29 @@ def main(argv=None) -> int:
 
 
 def _manifest_times(configs, out) -> dict:
-    """{run folder: modification time of its manifest}: a run that starts (or records an interruption) writes it."""
+    """{manifest: its modification time}: a run that starts (or records an interruption) writes it."""
     times = {}
-    for folder in (run_dir(out, c.schedule, c.seed) for c in configs):
-        with contextlib.suppress(OSError):
-            times[folder] = os.stat(folder / MANIFEST).st_mtime_ns
+    for manifest in (run_dir(out, c.schedule, c.seed) / MANIFEST for c in configs):
+        with contextlib.suppress(OSError):  # none yet, or a path that the checks refuse in one line
+            times[manifest] = manifest.stat().st_mtime_ns
     return times
 
 
 def _report(configs, results, submitted: bool = False) -> int:
-    """One line per run; the largest exit code of their statuses.  ``submitted``: the jobs of ``--no-wait``, and
-    the runs not submitted."""
+    """One line per run (``submitted``: the job ids of ``--no-wait``); the largest exit code of their statuses."""
     if submitted:
         for c, r in zip(configs, results):
             what = f"job {r.job_id}" if r.job_id is not None else f"not submitted: {r.status}"
             print(f"{c.schedule + ' seed ' + str(c.seed):<28} {what}  {r.out}")
         return 0
     print(f"{'run':<28} {'status':<12} {'epochs':>6} {'test acc':>9}")
-    worst = 0
     for c, r in zip(configs, results):
         final = r.final or {}
         acc = f"{final['test_acc']:.4f}" if final else "-"
         print(f"{c.schedule + ' seed ' + str(c.seed):<28} {r.status:<12} {final.get('epoch', '-'):>6} {acc:>9}")
         if r.status.exit_code:
             print(f"  {r.message}", file=sys.stderr)
-            worst = max(worst, r.status.exit_code)
-    return worst
+    return max((r.status.exit_code for r in results), default=0)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,16 @@
-"""Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`: each field's help, rule, group and
-whether it changes the trajectory), and what comes from it: the command line (:func:`add_config_arguments`,
-:func:`config_to_argv`), the schedule played (:func:`played_schedule`, Li & Arora 2020, Sec. 5), the device,
-precision and threads resolved on the machine that trains (:func:`resolved_settings`) and the book's experiment
-plans (:func:`experiment_plan`).
+"""Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`), and what comes from it: the command line,
+the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import platform
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -27,81 +25,58 @@ from ..schedules import (
 )
 
 
-#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`), built by :mod:`explr.cifar10.config`.
+#: the values of ``--schedule`` (:attr:`TrainConfig.schedule`).
 SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
-#: the schedules played as an exponential equivalent without weight decay: they need a scale-invariant network
-#: and are played with ``rescale_above``.
+#: the schedules played as an exponential equivalent without weight decay (scale invariant, rescaled).
 EXPONENTIAL = ("texp", "texp--", "cosine-texp")
-#: the values of ``--precision``: fp32; bf16 (torch.autocast bfloat16, fp32 weights); fp64; auto (bf16 on CUDA,
-#: fp32 elsewhere).
+#: the values of ``--precision``: fp32; bf16 (autocast, fp32 weights); fp64; auto (bf16 on CUDA, else fp32).
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
-#: the values of ``--compile``: ``torch.compile``'s modes, or none (no compilation).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-DEVICES = ("auto", "cpu", "cuda", "mps")
-
-#: float32's smallest normal and largest value: every lr the optimizer plays stays in between (the weights
-#: are float32 under fp32 and bf16; below LR_MIN an lr has lost precision and underflows against them).
+#: float32's smallest normal and largest value: every lr the optimizer plays stays in between.
 LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-#: the largest ``rescale_above``: float32's largest value / 4, the bound that
-#: :class:`~explr.lr_scheduler.PerStepLR` sets for float32 weights (:func:`~explr.lr_scheduler.max_rescale_above`).
+#: the largest ``rescale_above``: float32's largest value / 4 (:func:`~explr.lr_scheduler.max_rescale_above`).
 RESCALE_ABOVE_MAX = max_rescale_above(torch.float32)
-#: the most epochs a run may ask for (``--epochs``).
+#: the bounds of ``--epochs`` and ``--depth`` (He et al.'s ResNet-1202, 2016); why: docs/cifar10-engine.md.
 MAX_EPOCHS = 100_000
-#: the deepest PreResNet: He et al.'s ResNet-1202 (2016, Sec. 4.2), the deepest CIFAR ResNet in the literature.
 MAX_DEPTH = 1202
-#: the most CPU threads a run may ask for: more than any one machine has today (two 192-core CPUs with SMT: 768).
-MAX_THREADS = 1024
-#: the largest N of ``cuda:N``: torch keeps a device index in 8 bits (``torch.device("cuda:128")`` is cuda:-128).
+#: the most CPU threads of a run, and runs at once on one machine (``--jobs``).
+MAX_THREADS = MAX_JOBS = 1024
+#: the largest N of ``cuda:N`` (torch keeps a device index in 8 bits).
 MAX_DEVICE_INDEX = 127
-#: the largest BatchNorm epsilon: at 0.1 it already damps a unit-variance channel by 5 % (1/sqrt(1.1)), breaking the
-#: scale invariance in proportion; larger values make BN's outputs constant.
+#: the largest BatchNorm epsilon (0.1 already damps a unit-variance channel by 5 %).
 BN_EPS_MAX = 0.1
-#: the rule of a folder setting (``--data-root``, the CLI's ``--out``).
-FOLDER = Text("a folder")
-#: the most runs one sweep trains at once on one machine (``--jobs``), each a process of at least one thread.
-MAX_JOBS = MAX_THREADS
-#: the rule of ``--jobs`` (the CLI's and the experiment scripts').
-JOBS = Int(1, maximum=MAX_JOBS)
+#: the rules of a folder setting (``--data-root``, ``--out``) and of ``--jobs``.
+FOLDER, JOBS = Text("a folder"), Int(1, maximum=MAX_JOBS)
 #: where step decay multiplies the lr by default: at 50 % and 75 % of training (He et al. 2016's CIFAR recipe).
 DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 
 
-# ----------------------------------------------------------------------------- rules of a value (explr.params)
 @dataclass(frozen=True)
 class Device:
-    """A device name the engine trains on; whether it is available here is
-    :func:`explr.cifar10.config.resolve_device`'s check."""
-
-    index = Int(0, maximum=MAX_DEVICE_INDEX)
+    """A device name the engine trains on (whether it is available here: :func:`resolve_device`)."""
 
     def rule(self) -> str:
-        return f"one of auto, cpu, cuda, cuda:N with N in [0, {self.index.maximum}], mps"
+        return f"one of auto, cpu, cuda, cuda:N with N in [0, {MAX_DEVICE_INDEX}], mps"
 
     def ok(self, v) -> bool:
-        if not isinstance(v, str):
-            return False
-        return v in DEVICES or (re.fullmatch(r"cuda:[0-9]+", v) is not None and self.index.ok(int(v[5:])))
+        cuda = re.fullmatch(r"cuda:([0-9]+)", v) if isinstance(v, str) else None
+        return v in ("auto", "cpu", "cuda", "mps") or (cuda is not None and int(cuda[1]) <= MAX_DEVICE_INDEX)
 
-    def parse(self, text: str):
-        return text
+    parse = staticmethod(str)
 
 
 def lr_wd_limit(momentum: float) -> float:
-    """2(1 + γ): the product λη of weight decay and learning rate from which on SGD with momentum γ cannot keep the
-    weights bounded (heavy-ball on λ‖θ‖²/2 is stable iff 0 < λη < 2(1 + γ): Jury's criterion, Polyak 1964; the
-    derivation: docs/cifar10-engine.md, "Weight decays that blow up").  The :data:`EXPONENTIAL` schedules need the
-    stricter λη ≤ (1 − √γ)², for their growth rate α to exist (Li & Arora 2020, Thm 2.5)."""
+    """2(1 + γ): the λη from which SGD with momentum γ blows the weights up (docs/cifar10-engine.md, Polyak 1964)."""
     return 2.0 * (1.0 + momentum)
 
 
-def setting(default, help: str, rule, group: str, *, trajectory=False, optional=False, sweep=False):
-    """A field of :class:`TrainConfig`: ``trajectory`` True (a resume must agree) or ``"resolved"`` (must agree once
-    ``auto`` is resolved); ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
+def setting(default, help: str, rule, group: str, *, trajectory=True, optional=False, sweep=False):
+    """A field of :class:`TrainConfig`; ``trajectory``: a resume must agree (``"resolved"``: once ``auto`` is resolved);
+    ``optional``: ``None`` means automatic; ``sweep``: the CLI takes several values."""
     return field(default=default, metadata={"help": help, "rule": rule, "group": group, "trajectory": trajectory,
                                             "optional": optional, "sweep": sweep})
 
 
-# ----------------------------------------------------------------------------- the configuration
 @dataclass
 class TrainConfig:
     """Everything that defines a run; the CLI flag of a field is ``--`` + its name with ``-``, its help the flag's.
@@ -110,93 +85,79 @@ class TrainConfig:
     schedule: str = setting(
         "step", "step = step decay + WD; texp = its exact exponential equivalent, no WD (with momentum corrections); "
         "texp-- = TEXP without the LR drops; cosine = per-epoch cosine + WD; cosine-texp = TEXP of that cosine",
-        Choice(SCHEDULES), "runs", trajectory=True, sweep=True)
+        Choice(SCHEDULES), "runs", sweep=True)
     seed: int = setting(0, "seeds (model init, data order, augmentation); runs = schedules x seeds",
-                        Int(0, note=" (what torch.manual_seed takes)", maximum=MAX_SEED), "runs", trajectory=True,
-                        sweep=True)
-    epochs: int = setting(200, "epochs per run", Int(1, maximum=MAX_EPOCHS), "runs", trajectory=True)
+                        Int(0, note=" (what torch.manual_seed takes)", maximum=MAX_SEED), "runs", sweep=True)
+    epochs: int = setting(200, "epochs per run", Int(1, maximum=MAX_EPOCHS), "runs")
     lr: float = setting(0.1, "initial learning rate eta_0; every lr the schedule plays must stay in float32's normal "
                         "range", Float(LR_MIN, LR_MAX, lo_open=False, hi_open=False, note=" (float32's normal range)"),
-                        "optimisation", trajectory=True)
+                        "optimisation")
     wd: float = setting(5e-4, "weight decay lambda (the exponential schedules build their growth rate from it and "
                         "train without it); at most float32's largest value, as the optimizer holds it in float32",
-                        Float(0, LR_MAX, lo_open=False, hi_open=False, note=" (float32's range)"), "optimisation",
-                        trajectory=True)
-    momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation",
-                              trajectory=True)
+                        Float(0, LR_MAX, lo_open=False, hi_open=False, note=" (float32's range)"), "optimisation")
+    momentum: float = setting(0.9, "momentum gamma in [0, 1)", Float(0, 1, lo_open=False), "optimisation")
     batch_size: int = setting(128, "training batch size (each epoch uses n_train // batch-size full batches)",
-                              Int(1), "optimisation", trajectory=True)
+                              Int(1), "optimisation")
     decay_epochs: tuple | None = setting(
         None, "epochs where step decay multiplies the lr by --decay-factor (default: 50%% and 75%% of --epochs, "
         "i.e. 100 150 for 200); give none for a constant lr", Numbers(Int(1), min_len=0), "optimisation",
-        trajectory=True, optional=True)
-    decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation",
-                                  trajectory=True)
+        optional=True)
+    decay_factor: float = setting(0.1, "step-decay factor in (0, 1]", Float(0, 1, hi_open=False), "optimisation")
     corrections: str = setting("all", "momentum corrections of TEXP at phase starts: all (exact), start, none",
-                               Choice(CORRECTIONS), "optimisation", trajectory=True)
+                               Choice(CORRECTIONS), "optimisation")
     rescale_above: float = setting(
         100.0, "exponential schedules: when the optimizer's lr would exceed this, rescale (theta, v, lr) -> "
         "(c theta, v/c, c^2 lr), the same network, so float32/bf16 never overflow; must exceed the schedule's "
         "first lr", Float(0, RESCALE_ABOVE_MAX, hi_open=False, note=" (at most float32's largest value / 4)"),
-        "optimisation", trajectory=True)
+        "optimisation")
     depth: int = setting(32, "PreResNet depth 6n+2 (20, 32, 56, ...); at most 1202, He et al.'s deepest CIFAR ResNet",
-                         Int(8, (6, 2), note=" (20, 32, 56, ..., 1202)", maximum=MAX_DEPTH), "model", trajectory=True)
+                         Int(8, (6, 2), note=" (20, 32, 56, ..., 1202)", maximum=MAX_DEPTH), "model")
     invariant: bool = setting(True, "scale-invariant mode of the paper: BN scale/bias and the last linear layer "
-                              "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model",
-                              trajectory=True)
+                              "fixed (--no-invariant: ordinary PreResNet, step/cosine only)", Flag(), "model")
     bn_eps: float = setting(1e-5, "BatchNorm epsilon, a small stabiliser added to each channel's batch variance: at "
                             "most 0.1, which already damps a unit-variance channel by 5%% and breaks the scale "
                             "invariance in proportion (larger values make the outputs constant)",
-                            Float(0, BN_EPS_MAX, hi_open=False), "model", trajectory=True)
-    augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data",
-                            trajectory=True)
+                            Float(0, BN_EPS_MAX, hi_open=False), "model")
+    augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data")
     data: str = setting("auto", "'auto' (download CIFAR-10 into --data-root, md5-checked), 'synthetic' (small "
                         "generated stand-in), a .npz with x_train,y_train,x_test,y_test (uint8, HWC), a folder with "
                         "CIFAR-10's python batches, an image-folder tree train/<class>/*.png|jpg, test/... or a "
                         ".tar/.tar.gz/.tgz of one (its data sha256 must match on resume)",
-                        Text("a data source"), "data")
+                        Text("a data source"), "data", trajectory=False)
     data_root: str = setting("data", "download/extract folder for --data auto; decoded image folders are cached "
-                             "in DATA_ROOT/cache", FOLDER, "data")
+                             "in DATA_ROOT/cache", FOLDER, "data", trajectory=False)
     device: str = setting("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N or mps", Device(),
                           "hardware", trajectory="resolved")
     precision: str = setting("auto", "fp32; bf16 = torch.autocast bfloat16 (fp32 weights); fp64; auto = bf16 on "
                              "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
     channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
-                                  "hardware")
-    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware")
+                                  "hardware", trajectory=False)
+    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware",
+                           trajectory=False)
     threads: int | None = setting(
         None, "torch CPU threads (default: the CPUs this process may use (its CPU affinity), minus one "
         "left for everything else; 1 per run on a GPU); results on a CPU depend on it; at most 1024, more than "
-        "any one machine has", Int(1, maximum=MAX_THREADS), "hardware",
-        trajectory="resolved", optional=True)
-    eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware")
-    log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware")
+        "any one machine has", Int(1, maximum=MAX_THREADS), "hardware", trajectory="resolved", optional=True)
+    eval_batch_size: int = setting(1000, "test-set batch size", Int(1), "hardware", trajectory=False)
+    log_every: int = setting(25, "steps between host syncs (progress bar, divergence check)", Int(1), "hardware",
+                             trajectory=False)
 
     def validate(self) -> "TrainConfig":
-        """Raise ``ValueError`` naming the field and its CLI flag, with the valid range, for any invalid value."""
+        """``ValueError`` naming the field, its flag and the valid range, for any invalid value; at the first lr, the
+        largest played, α must exist (:func:`explr.schedules.alpha`) or SGD not blow up (:func:`lr_wd_limit`)."""
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata
-            if value is None and meta["optional"]:
-                continue
-            if not meta["rule"].ok(value):
+            if not (value is None and meta["optional"]) and not meta["rule"].ok(value):
                 raise ValueError(f"{f.name} ({flag(f.name)}) must be {meta['rule'].rule()}; got {value!r}")
         if self.decay_epochs is not None:
             try:
                 check_milestones(self.decay_epochs, self.epochs)
             except ValueError as err:
                 raise ValueError(f"decay_epochs ({flag('decay_epochs')}): {err}") from None
-        if self.schedule in EXPONENTIAL and not self.invariant:
-            raise ValueError(
-                f"schedule (--schedule) {self.schedule!r} is an exponential schedule, exact only for a scale-invariant "
-                "network and rescaled during training; it needs invariant=True (drop --no-invariant)")
-        self._check_lr_wd()
-        return self
-
-    def _check_lr_wd(self) -> None:
-        """The first lr is the largest the schedules play (step decay and the cosine only lower it): at it, the growth
-        rate α of an exponential schedule must exist (:func:`explr.schedules.alpha`), and SGD with weight decay must
-        not blow the weights up (:func:`lr_wd_limit`)."""
         if self.schedule in EXPONENTIAL:
+            if not self.invariant:
+                raise ValueError(f"schedule (--schedule) {self.schedule!r} is exponential, exact only for a scale-"
+                                 "invariant network: it needs invariant=True (drop --no-invariant)")
             try:
                 alpha(self.lr, self.wd, self.momentum)
             except ValueError as err:
@@ -207,6 +168,7 @@ class TrainConfig:
                 f"wd (--wd) {self.wd!r} with lr (--lr) {self.lr!r}: lr*wd = {self.lr * self.wd:.6g} must be below "
                 f"2(1 + momentum) = {lr_wd_limit(self.momentum):.6g}, where SGD with momentum {self.momentum!r} "
                 "starts to blow the weights up geometrically from the first step (the run must diverge)")
+        return self
 
     def milestones(self) -> list[int]:
         return list(self.decay_epochs) if self.decay_epochs is not None else default_decay_epochs(self.epochs)
@@ -224,8 +186,7 @@ def flag(name: str) -> str:
 
 
 def milestones_at(epochs: int, fractions) -> list[int]:
-    """The epochs round(f · ``epochs``) for each fraction f (exact: ``fractions.Fraction``), once each, those in
-    [1, epochs - 1] (a decay at epoch 0 or at the end would change nothing)."""
+    """The epochs round(f · ``epochs``) for each fraction f, once each, those in [1, epochs - 1]."""
     return sorted({m for m in (round(Fraction(f) * epochs) for f in fractions) if 1 <= m <= epochs - 1})
 
 
@@ -234,68 +195,36 @@ def default_decay_epochs(epochs: int) -> list[int]:
     return milestones_at(epochs, DEFAULT_DECAY_AT)
 
 
-# ----------------------------------------------------------------------------- the command line, from the fields
 class CommandLineParser(argparse.ArgumentParser):
-    """The parser of the engine's command lines (the CLI, the experiment scripts): an error is one line on stderr and
-    exit code 2 (argparse would print the whole usage first), and a value that looks like a negative number is the
-    value of its flag: ``--wd -1e-4`` reads as ``--wd=-1e-4`` (argparse alone reads only ``-1`` and ``-.5`` so)."""
+    """The engine's command-line parser (the CLI, the experiment scripts): an error is one line on stderr and exit
+    code 2, and a value that looks like a negative number is a value (argparse alone reads ``--wd -1e-4`` as flags)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"-\.?\d|-inf|-nan", re.IGNORECASE)  # noqa: V101 (argparse reads it)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = sys.argv[1:] if args is None else list(args)
-        return super().parse_known_args(_join_negative_values(self, args), namespace)
-
-
-def _join_negative_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
-    """``--flag -1e-4`` → ``--flag=-1e-4`` for every flag that takes one value, when the next argument
-    parses as a number (argparse takes only ``-1`` and ``-.5`` for values, and ``-1e-4`` for an option)."""
-    takes_one = {s for a in parser._actions if a.nargs is None and a.option_strings for s in a.option_strings}
-    joined, i = [], 0
-    while i < len(args):
-        if args[i] in takes_one and i + 1 < len(args) and _negative_number(args[i + 1]):
-            joined.append(f"{args[i]}={args[i + 1]}")
-            i += 2
-        else:
-            joined.append(args[i])
-            i += 1
-    return joined
-
-
-def _negative_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.startswith("-")
 
 
 def argument_type(name: str, rule):
     """An argparse ``type`` that parses ``text`` by ``rule`` and refuses, in one line, a value it does not pass."""
 
     def parse(text):
-        try:
-            value = rule.parse(text)
-        except ValueError:
-            value = text
-        if not rule.ok(value):
-            raise argparse.ArgumentTypeError(f"must be {rule.rule()}; got {text!r}")
-        return value
+        with contextlib.suppress(ValueError):
+            if rule.ok(value := rule.parse(text)):
+                return value
+        raise argparse.ArgumentTypeError(f"must be {rule.rule()}; got {text!r}")
 
     parse.__name__ = name  # argparse names it in "invalid <name> value"
     return parse
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None) -> None:
-    """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared.
-
-    Fields whose metadata says ``sweep`` (or those named in ``sweep``) take several values.
-    """
+    """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared; the fields
+    whose metadata says ``sweep`` (or those named in ``sweep``) take several values."""
     groups = {}
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
-            continue
+    for f in [f for f in _FIELDS.values() if names is None or f.name in names]:
         meta = f.metadata
         group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
         many = meta["sweep"] if sweep is None else f.name in sweep
@@ -315,8 +244,6 @@ def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None
 
 def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
     """One :class:`TrainConfig` per combination of the ``sweep`` fields' values (each value once, in order)."""
-    import itertools
-
     shared = {n: getattr(args, n) for n in _FIELDS if n not in sweep and hasattr(args, n)}
     if shared.get("decay_epochs") is not None:
         shared["decay_epochs"] = tuple(shared["decay_epochs"])
@@ -325,9 +252,8 @@ def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
 
 
 def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
-    """The command-line flags (:func:`add_config_arguments`) that give ``config``: one per field that differs from
-    its default (every field with ``defaults=True``), ``--flag``/``--no-flag`` for a switch and the values of a
-    list after its flag; a ``None`` (automatic) is left out.  ``configs_from_args`` of them gives ``config`` back."""
+    """The flags that give ``config`` back through :func:`configs_from_args`: one per field that differs from its
+    default (every field with ``defaults=True``); a ``None`` (automatic) is left out."""
     argv = []
     for name, f in _FIELDS.items():
         value = getattr(config, name)
@@ -335,101 +261,74 @@ def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
             continue
         if isinstance(f.metadata["rule"], Flag):
             argv.append(flag(name) if value else "--no-" + name.replace("_", "-"))
-        elif isinstance(value, (list, tuple)):
-            argv += [flag(name), *map(str, value)]
         else:
-            argv += [flag(name), str(value)]
+            argv += [flag(name), *map(str, value if isinstance(value, (list, tuple)) else [value])]
     return argv
 
 
 def available_cpus() -> int:
-    """The CPUs in this process's affinity mask (``os.sched_getaffinity``; ``os.cpu_count()`` where there is none)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The CPUs in this process's affinity mask (SLURM, taskset and Docker limit it); ``os.cpu_count()`` elsewhere."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def available_memory() -> int | None:
     """Bytes the host can still give (``MemAvailable`` of ``/proc/meminfo``); ``None`` where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
+    with contextlib.suppress(OSError, StopIteration), open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    return None
 
 
-def default_threads(device: torch.device, jobs: int = 1) -> int:
-    """Threads per run: 1 on a GPU; on a CPU ``max(1, (available_cpus() − 1) // jobs)`` (module docstring)."""
-    if device.type != "cpu":
-        return 1
-    return max(1, (available_cpus() - 1) // max(1, jobs))
+def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) -> int:
+    """``threads``, by default 1 on a GPU and ``max(1, (available_cpus() − 1) // jobs)`` on a CPU (one left free)."""
+    if threads is not None:
+        return threads
+    return 1 if device.type != "cpu" else max(1, (available_cpus() - 1) // max(1, jobs))
 
 
 def workers(jobs: int, runs: int, device: torch.device) -> int:
-    """The worker processes of a sweep of ``runs`` runs, ``jobs`` at a time: at most the runs and, on the CPU, at
-    most :func:`available_cpus` (one thread each).  Each run's threads come from ``jobs`` (:func:`default_threads`)."""
-    n = min(jobs, runs)
-    return min(n, available_cpus()) if device.type == "cpu" else n
+    """The worker processes of a sweep: ``jobs``, at most the runs and, on the CPU, the CPUs."""
+    return min(jobs, runs, available_cpus()) if device.type == "cpu" else min(jobs, runs)
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA if available, else CPU; an unavailable CUDA is a ``ValueError`` naming ``--device``."""
+    """``auto`` → CUDA if available, else CPU; an unavailable device is a ``ValueError`` naming ``--device``."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device (--device) {name!r}: CUDA is not available on this machine (use --device cpu "
-                             "or auto)")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device (--device) {name!r}: this machine has {torch.cuda.device_count()} CUDA "
-                             f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ValueError(f"device (--device) {name!r}: MPS is not available on this machine")
+    if not {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}[device.type]:
+        raise ValueError(f"device (--device) {name!r}: {device.type.upper()} is not available on this machine (use "
+                         "--device cpu or auto)")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device (--device) {name!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return device
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto`` → bf16 autocast on CUDA, fp32 elsewhere."""
-    if precision != "auto":
-        return precision
-    return "bf16" if device.type == "cuda" else "fp32"
-
-
-def resolve_threads(threads: int | None, device: torch.device, jobs: int = 1) -> int:
-    return threads if threads is not None else default_threads(device, jobs)
+    return ("bf16" if device.type == "cuda" else "fp32") if precision == "auto" else precision
 
 
 def param_dtype(precision: str) -> torch.dtype:
-    """The dtype of the weights under a resolved ``precision``: float64 for fp64, float32 otherwise (bf16 autocasts
-    the computation, not the weights)."""
+    """The weights' dtype under a resolved ``precision`` (bf16 autocasts the computation, not the weights)."""
     return torch.float64 if precision == "fp64" else torch.float32
 
 
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
 
 
-def worker_gpus(workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes: worker i gets GPU i mod G, of the parent's
-    ``visible`` ids if set (``count``: the GPUs, ``torch.cuda.device_count()``); ``None`` each with no GPU."""
-    count = torch.cuda.device_count() if count is None else count
-    if count < 1:
-        return [None] * workers
-    if visible is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
-    ids = ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
-    return [ids[i % count] for i in range(workers)]
+def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` of each worker: GPU i mod G of the parent's ``visible`` GPUs; ``None`` with no GPU."""
+    count = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    ids = [v.strip() for v in visible.split(",") if v.strip()][:count]
+    ids = ids if len(ids) == count else [str(i) for i in range(count)]
+    return [ids[i % count] if count else None for i in range(workers)]
 
 
 def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
-    """The values of :data:`~explr.cifar10.config.RESOLVED_KEYS` of a :class:`~explr.cifar10.config.TrainConfig`
-    on this machine, one run of ``jobs`` at a time: device, precision, CPU threads.  ``here=False``: the run trains
-    on another machine (a cluster job), which resolves them itself; they stay as given (``auto``, ``None``)."""
+    """:data:`RESOLVED_KEYS` of ``config`` here, ``jobs`` runs at a time (``here=False``: as given, for a job)."""
     if not here:
         return {"device": config.device, "precision": config.precision, "threads": config.threads}
     device = resolve_device(config.device)
@@ -437,112 +336,60 @@ def resolved_settings(config, jobs: int = 1, *, here: bool = True) -> dict:
             "threads": resolve_threads(config.threads, device, jobs)}
 
 
-#: bytes per step of building and playing a schedule, at its peak: a bound above every schedule's.
-SCHEDULE_BYTES_PER_STEP = 256
-
-
 def played_schedule(config: TrainConfig, steps_per_epoch: int) -> Schedule:
-    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config``: an exponential schedule's
-    :class:`~explr.schedules.EquivalentSchedule` (log space) or the :class:`~explr.schedules.PlainSchedule` of
-    ``step``/``cosine``; ``ValueError`` naming the flag if it does not fit in memory (:func:`check_schedule_memory`)
-    or plays an lr below float32's normal range (:func:`check_lr_range`)."""
-    c = config
-    E, S = c.epochs, steps_per_epoch
-    check_schedule_memory(c, S)
-    milestones = c.milestones()  # the config's, resolved before the maths floor is called
-    if c.schedule in ("step", "texp", "texp--"):
-        base = step_decay(c.lr, E, S, milestones, c.decay_factor)
-    else:
-        base = cosine(c.lr, E, S, per="epoch")
+    """What :class:`~explr.lr_scheduler.PerStepLR` plays for ``config`` (an exponential one in log space); a
+    ``ValueError`` naming the flag if it would not fit in memory (checked first) or plays an lr below :data:`LR_MIN`."""
+    c, E, S = config, config.epochs, steps_per_epoch
+    need, available = E * S * 256, available_memory()  # bytes per step at the peak of building it, for every schedule
+    if available is not None and need > available:
+        raise ValueError(f"epochs (--epochs) {E}: the per-step schedule of {E} epochs x {S} steps needs "
+                         f"{need / 2**30:.3g} GiB of memory, more than the {available / 2**30:.3g} GiB available "
+                         "here; lower --epochs or raise --batch-size")
+    base = (step_decay(c.lr, E, S, c.milestones(), c.decay_factor) if c.schedule in ("step", "texp", "texp--")
+            else cosine(c.lr, E, S, per="epoch"))
     if c.schedule in ("step", "cosine"):
         played = PlainSchedule(base, np.full(len(base), float(c.wd)), name=c.schedule)
-    elif c.schedule == "texp--":
-        played = texp_minus_minus(base, c.wd, c.momentum, corrections=c.corrections)
     else:
-        played = texp(base, c.wd, c.momentum, corrections=c.corrections)
-    check_lr_range(c, played, S)
+        equivalent = texp_minus_minus if c.schedule == "texp--" else texp
+        played = equivalent(base, c.wd, c.momentum, corrections=c.corrections)
+    log_low = played.log_lr  # -inf where an lr underflowed to 0; rescaled: R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j))
+    if rescale_limit(c) is not None:
+        log_low = log_low + np.minimum(0.0, log_low[0] - math.log(4.0) - np.maximum.accumulate(log_low))
+    k = int(np.argmin(log_low))
+    if log_low[k] < math.log(LR_MIN):
+        played_as = "lr as the optimizer plays it (rescaled)" if rescale_limit(c) is not None else "lr"
+        raise ValueError(f"lr (--lr) {c.lr:g}: the {c.schedule} schedule's {played_as} falls to "
+                         f"{math.exp(log_low[k]):.3g} in epoch {k // S + 1}, below float32's smallest "
+                         f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")
     return played
 
 
 def rescale_limit(config: TrainConfig) -> float | None:
-    """The ``rescale_above`` that :class:`~explr.lr_scheduler.PerStepLR` plays ``config``'s schedule with:
-    ``config.rescale_above`` for the exponential schedules, ``None`` for ``step`` and ``cosine`` (which never
-    rise above ``lr`` and are never rescaled)."""
+    """The ``rescale_above`` that ``config`` is played with; ``None`` for step and cosine (never above ``lr``)."""
     return config.rescale_above if config.schedule in EXPONENTIAL else None
 
 
-def check_schedule_memory(config: TrainConfig, steps_per_epoch: int) -> None:
-    """Raise ``ValueError`` naming ``--epochs`` if the per-step schedule of ``config`` (epochs × steps per
-    epoch × :data:`SCHEDULE_BYTES_PER_STEP`) exceeds the memory available (:func:`available_memory`)."""
-    need, available = config.epochs * steps_per_epoch * SCHEDULE_BYTES_PER_STEP, available_memory()
-    if available is not None and need > available:
-        raise ValueError(f"epochs (--epochs) {config.epochs}: the per-step schedule of {config.epochs} epochs x "
-                         f"{steps_per_epoch} steps needs {need / 2**30:.3g} GiB of memory, more than the "
-                         f"{available / 2**30:.3g} GiB available here; lower --epochs or raise --batch-size")
-
-
-def check_lr_range(config: TrainConfig, played: Schedule, steps_per_epoch: int) -> None:
-    """Raise ``ValueError`` naming ``--lr`` if an lr the optimizer plays can fall below
-    :data:`~explr.cifar10.config.LR_MIN`.
-
-    ``step`` and ``cosine`` play their lr as it is; they never rise above ``lr`` (≤ ``LR_MAX``).  An
-    exponential schedule is played as lr_k·R_k, R the rescaling factor: a rescaling at step j sets
-    lr_j·R into (lr_0/4, lr_0], so R_k ≥ min(1, lr_0 / (4 max_{j≤k} lr_j)), which bounds the played lr from
-    below; from above, ``rescale_above`` ≤ ``RESCALE_ABOVE_MAX`` bounds it."""
-    rescaled = rescale_limit(config) is not None
-    log_lr = played.log_lr  # -inf where an lr underflowed to 0 (decay factors of 1e-300)
-    if rescaled:
-        log_low = log_lr + np.minimum(0.0, log_lr[0] - math.log(4.0) - np.maximum.accumulate(log_lr))
-    else:
-        log_low = log_lr
-    k = int(np.argmin(log_low))
-    if log_low[k] < math.log(LR_MIN):
-        played_as = "lr as the optimizer plays it (rescaled)" if rescaled else "lr"
-        raise ValueError(f"lr (--lr) {config.lr:g}: the {config.schedule} schedule's {played_as} falls to "
-                         f"{math.exp(log_low[k]):.3g} in epoch {k // steps_per_epoch + 1}, below float32's smallest "
-                         f"normal number {LR_MIN:.3g}; raise --lr or --decay-factor")
-
-
-#: the settings of the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1.
+#: the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1, decays at 2/3 and 5/6.
 PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
-#: where the paper-scale pair decays: at 2/3 and 5/6 of training.
 PAPER_SCALE_DECAY_AT = (Fraction(2, 3), Fraction(5, 6))
 
 
-def paper_scale_milestones(epochs: int) -> list[int]:
-    """Decays at :data:`PAPER_SCALE_DECAY_AT`, 2/3 and 5/6 of training (8 and 10 of 12): a long phase 0 for the
-    exponential growth."""
-    return milestones_at(epochs, PAPER_SCALE_DECAY_AT)
-
-
-def _seeds_of(seeds, schedule: str) -> list[int]:
-    """``seeds`` for ``schedule``: one list for every schedule, or a mapping schedule → seeds."""
-    return list(seeds.get(schedule, ()) if isinstance(seeds, Mapping) else seeds)
-
-
-def ablation_runs(epochs: int, seeds: Iterable[int], **common) -> list[TrainConfig]:
-    """TEXP without momentum corrections, one run per seed (pair it with main's TEXP of the same seed)."""
-    return [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common) for k in seeds]
-
-
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
-                    ablation: bool = True, paper_scale: bool = True, ablation_seeds: Iterable[int] | None = None,
-                    paper_seeds: Iterable[int] | None = None, paper_epochs: int | None = None,
-                    **common) -> dict[str, list[TrainConfig]]:
-    """Chapter 6's plan: ``main`` always; ``ablation-none`` if ``ablation`` and TEXP is among ``schedules``
-    (seeds: ``ablation_seeds``, default main's TEXP seeds); ``paper-scale`` if ``paper_scale`` (seeds:
-    ``paper_seeds``, default the first of main's; ``paper_epochs``, default ``epochs``).  ``common``: any other
-    :class:`TrainConfig` field, for every run (device, precision, data, depth, ...)."""
+                    ablation: bool = True, paper_scale: bool = True, paper_seeds: Iterable[int] | None = None,
+                    paper_epochs: int | None = None, **common) -> dict[str, list[TrainConfig]]:
+    """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (one list, or schedule → seeds);
+    ``ablation-none`` (if ``ablation`` and TEXP is among them): TEXP without momentum corrections, for TEXP's seeds;
+    ``paper-scale`` (if ``paper_scale``): step and TEXP at :data:`PAPER_SCALE` for ``paper_epochs`` (default
+    ``epochs``) and ``paper_seeds`` (default main's first).  ``common``: other fields, for every run."""
+    seeds = seeds if isinstance(seeds, Mapping) else dict.fromkeys(schedules, list(seeds))
     plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
-                     for s in schedules for k in _seeds_of(seeds, s)]}
-    texp_seeds = _seeds_of(seeds, "texp")
+                     for s in schedules for k in seeds.get(s, ())]}
     if ablation and "texp" in schedules:
-        plan["ablation-none"] = ablation_runs(epochs, texp_seeds if ablation_seeds is None else ablation_seeds,
-                                              **common)
+        plan["ablation-none"] = [TrainConfig(schedule="texp", seed=k, epochs=epochs, corrections="none", **common)
+                                 for k in seeds.get("texp", ())]
     if paper_scale:
-        first = [c.seed for c in plan["main"]][:1]
-        E = epochs if paper_epochs is None else paper_epochs  # Step Decay + WD and TEXP at PAPER_SCALE
-        decays = tuple(paper_scale_milestones(E))
-        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, epochs=E, decay_epochs=decays, **{**common, **PAPER_SCALE})
-                               for k in (first if paper_seeds is None else paper_seeds) for s in ("step", "texp")]
+        E = paper_epochs or epochs
+        paper = {**common, **PAPER_SCALE, "epochs": E, "decay_epochs": tuple(milestones_at(E, PAPER_SCALE_DECAY_AT))}
+        paper_seeds = [c.seed for c in plan["main"]][:1] if paper_seeds is None else paper_seeds
+        plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, **paper) for k in paper_seeds for s in ("step", "texp")]
     return plan
