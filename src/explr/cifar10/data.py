@@ -6,7 +6,6 @@ a ``.npz`` (headers checked, no pickles), an image-folder tree or a tar of one (
 from __future__ import annotations
 
 import bz2
-import contextlib
 import gzip
 import hashlib
 import io
@@ -14,10 +13,8 @@ import lzma
 import math
 import os
 import pickle
-import stat
 import sys
 import tarfile
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -52,11 +49,9 @@ SPLITS = ("train", "test")
 MAX_IMAGE_BYTES = 1 << 20
 #: the decoder's version, in the cache's name: raise it when the decoding or the labels change.
 CACHE_VERSION = 3
-HOW_TO_GET = (
-    f"Get CIFAR-10 with `--data auto` (downloads {CIFAR10_URL} into --data-root, md5 {CIFAR10_ARCHIVE_MD5}), or "
-    "download and extract that archive yourself and pass its folder, or pass a .npz with uint8 arrays x_train "
-    "(N,32,32,3), y_train (N,), x_test (M,32,32,3), y_test (M,), or an image-folder tree train/<class>/*.png|jpg and "
-    "test/<class>/*.png|jpg (or a .tar/.tar.gz/.tgz of it).")
+HOW_TO_GET = (f"Get CIFAR-10 with `--data auto` (downloads {CIFAR10_URL}, md5-checked), or pass its extracted folder, a "
+              ".npz of uint8 x_train (N,32,32,3), y_train (N,), x_test, y_test, an image-folder tree "
+              "train|test/<class>/*.png|jpg or a .tar/.tar.gz/.tgz of one.")
 
 
 class DataError(ValueError):
@@ -220,12 +215,9 @@ def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
             try:
                 d = _ArrayUnpickler(f, encoding="latin1").load()  # pickled by Python 2: keys 'data' or b'data'
                 data, labels = (np.asarray(d[k] if k in d else d[k.encode()]) for k in ("data", "labels"))
-            except (pickle.UnpicklingError, KeyError, TypeError, EOFError, AttributeError) as err:
+                out[n] = (data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)
+            except (pickle.UnpicklingError, KeyError, TypeError, EOFError, AttributeError, ValueError) as err:
                 raise DataError(f"{folder / n}: not a CIFAR-10 python batch ({err!r})") from None
-        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-            raise DataError(f"{folder / n}: expected uint8 data of shape (N, 3072) and N labels; got "
-                            f"{data.dtype} {data.shape} and {labels.shape}")
-        out[n] = (data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)
     train = [np.ascontiguousarray(np.concatenate([out[n][i] for n in BATCH_FILES[:5]])) for i in (0, 1)]
     test = [np.ascontiguousarray(a) for a in out["test_batch"]]
     return CifarArrays(*_check_split("train", *train, str(folder)), *_check_split("test", *test, str(folder)),
@@ -284,9 +276,8 @@ def _folder_entries(root: Path):
         rel = p.relative_to(root).as_posix()
         if not p.resolve().is_relative_to(top):
             raise DataError(f"{root.name}: {rel}: a symbolic link to {p.resolve()}, outside the tree")
-        st = p.stat()
-        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
-        yield rel, kind, st.st_size, p.read_bytes
+        kind = "dir" if p.is_dir() else "file" if p.is_file() else "other"
+        yield rel, kind, p.stat().st_size, p.read_bytes
         if kind == "dir":
             todo += sorted((c for c in p.iterdir() if not c.name.startswith(".")), reverse=True)
 
@@ -301,7 +292,7 @@ def _tar_entries(path: Path):
     relative to the tree's top folder (the first member's if it is not a split)."""
     top = None
     with open(path, "rb") as f:
-        opener = next((o for m, o in _COMPRESSIONS.items() if f.peek(5).startswith(m)), contextlib.nullcontext)
+        opener = next((o for m, o in _COMPRESSIONS.items() if f.peek(5).startswith(m)), lambda f: f)
         with opener(f) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
             for m in tar:
                 name = m.name.removeprefix("./").rstrip("/")
@@ -314,8 +305,9 @@ def _tar_entries(path: Path):
 
 def _images(path: Path, source: str, archive: bool) -> dict:
     """``{path: bytes}`` of a folder's images ``<split>/<class>/<file>``, or ``{path: pixels}`` of a tar's, decoded as
-    they stream: only regular files of at most :data:`MAX_IMAGE_BYTES` with an image suffix are read, anything else in
-    a split is one :class:`DataError` line naming it; hidden entries and what lies beside the splits are ignored."""
+    they stream, in split, class, file name order: only regular files of at most :data:`MAX_IMAGE_BYTES` with an image
+    suffix are read, anything else in a split is one :class:`DataError` line; hidden entries and what lies beside the
+    splits are ignored."""
     images = {}
     try:
         for rel, kind, size, read in _tar_entries(path) if archive else _folder_entries(path):
@@ -331,35 +323,26 @@ def _images(path: Path, source: str, archive: bool) -> dict:
                                 f"of at most {MAX_IMAGE_BYTES >> 20} MiB named *{'|*'.join(IMAGE_SUFFIXES)}")
     except (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError) as err:
         raise DataError(f"{source}: not a readable tar archive or image folder ({err})") from None
-    return images
-
-
-def _in_order(images: dict, split: str) -> list:
-    """A split's image paths in sorted class name, then file name."""
-    return sorted((r for r in images if r.startswith(split + "/")), key=lambda r: r.split("/"))
+    return {r: images[r] for r in sorted(images, key=lambda r: (SPLITS.index(r.split("/")[0]), r.split("/")))}
 
 
 def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | None, progress: bool) -> CifarArrays:
-    """The images in sorted class name, then file name, labelled by class, once both splits hold the same classes;
-    those still bytes decoded (a progress bar)."""
+    """The images labelled by their class folder, once both splits hold the same classes; bytes decoded."""
     from tqdm import tqdm
 
-    order = {s: _in_order(images, s) for s in SPLITS}
+    order = {s: [r for r in images if r.startswith(s + "/")] for s in SPLITS}
     if missing := [s for s in SPLITS if not order[s]]:
         raise DataError(f"{source}: no images in {missing[0]}/<class>/. {HOW_TO_GET}")
     if (train := {r.split("/")[1] for r in order["train"]}) != (test := {r.split("/")[1] for r in order["test"]}):
         raise DataError(f"{source}: train/ and test/ hold images of different classes (only in train: "
                         f"{sorted(train - test)}; only in test: {sorted(test - train)})")
     _check_batch_size(len(order["train"]), batch_size, source)
-    with tqdm(total=len(images), desc=f"decoding {source}", unit="img", file=sys.stderr, leave=False,
-              disable=not progress or kind.endswith("tar")) as bar:
-        def pixels(rel):
-            bar.update()
-            return images[rel] if kind.endswith("tar") else _decode_image(f"{source}: {rel}", images[rel])
-        split = {s: np.stack([pixels(r) for r in order[s]]) for s in SPLITS}
-    labels = {s: np.array([CLASSES.index(r.split("/")[1]) for r in order[s]], dtype=np.int64) for s in SPLITS}
-    return CifarArrays(split["train"], labels["train"], split["test"], labels["test"], source=source, kind=kind,
-                       files={source: "sha256:" + key})
+    for rel in tqdm([r for r, v in images.items() if isinstance(v, bytes)], desc=f"decoding {source}", unit="img",
+                    file=sys.stderr, disable=not progress, leave=False):
+        images[rel] = _decode_image(f"{source}: {rel}", images[rel])
+    x = {s: np.stack([images[r] for r in order[s]]) for s in SPLITS}
+    y = {s: np.array([CLASSES.index(r.split("/")[1]) for r in order[s]], dtype=np.int64) for s in SPLITS}
+    return CifarArrays(x["train"], y["train"], x["test"], y["test"], source, kind, {source: "sha256:" + key})
 
 
 def _read_cache(cache: Path, source: str, kind: str, key: str) -> CifarArrays | None:
@@ -376,17 +359,6 @@ def _read_cache(cache: Path, source: str, kind: str, key: str) -> CifarArrays | 
         print(f"{err}; rebuilding the cache from {source}", file=sys.stderr)
 
 
-def _write_cache(cache: Path, arrays: CifarArrays) -> None:
-    """The arrays and their sha256, written atomically; an error (a full disk) is one :class:`DataError` line."""
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(cache, lambda f: np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS},
-                                               sha256=np.array(arrays.sha256)))
-    except OSError as err:
-        raise DataError(f"cannot write the cache at {cache} ({err.strerror or err}); free space or choose another "
-                        "--data-root") from None
-
-
 def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
         -> CifarArrays:
     """A tree ``train/<class>/*``, ``test/<class>/*`` of 32×32 RGB PNG/JPEG files, or a tar of one, decoded once and
@@ -394,6 +366,7 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     archive's sha256, or a folder's over its images' paths and bytes."""
     path = Path(path).expanduser()
     source, archive = path.name, path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
+    kind = "image-folder-tar" if archive else "image-folder"
     if not (archive or path.is_dir()):
         raise DataError(f"--data {path}: no such image folder or archive. {HOW_TO_GET}")
     try:
@@ -401,27 +374,14 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     except ImportError:
         raise DataError(f"--data {source}: an image folder needs Pillow, which is not installed; "
                         "pip install 'explr-book[cifar10]'") from None
-    kind, images, key = "image-folder-tar" if archive else "image-folder", None, hashlib.sha256()
-    if archive:
-        key = file_hash(path, "sha256")
-    else:
-        images = _images(path, source, archive)
-        for rel in (r for s in SPLITS for r in _in_order(images, s)):
-            key.update(os.fsencode(rel) + b"\0" + hashlib.sha256(images[rel]).digest())
-        key = key.hexdigest()
+    images = None if archive else _images(path, source, archive)
+    key = file_hash(path, "sha256") if archive else hashlib.sha256(b"".join(
+        os.fsencode(rel) + b"\0" + hashlib.sha256(raw).digest() for rel, raw in images.items())).hexdigest()
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
     if cache is not None and cache.parent.is_dir():
         remove_stale_leftovers(cache.parent)
-    if cache is not None and (arrays := _read_cache(cache, source, kind, key)) is not None:
-        _check_batch_size(len(arrays.y_train), batch_size, source)
-        return arrays
-    if cache is not None:  # a cache folder that cannot be written is refused before decoding
-        existing = next(p for p in (cache.parent, *cache.parent.parents) if p.exists())
-        try:
-            tempfile.TemporaryFile(dir=existing).close()
-        except OSError as err:
-            raise DataError(f"--data-root: cannot write the decode cache in {existing} ({err}); choose another "
-                            "--data-root") from None
+        if (arrays := _read_cache(cache, source, kind, key)) is not None:
+            return arrays
     if archive:
         images = _images(path, source, archive)
         if file_hash(path, "sha256") != key:
@@ -430,7 +390,13 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     arrays = _arrays(images, source, kind, key, batch_size, progress)
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
-        _write_cache(cache, arrays)
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(cache, lambda f: np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS},
+                                                   sha256=np.array(arrays.sha256)))
+        except OSError as err:
+            raise DataError(f"cannot write the cache at {cache} ({err.strerror or err}); free space or choose "
+                            "another --data-root") from None
     return arrays
 
 
@@ -452,8 +418,8 @@ def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bo
         path = Path(str(data)).expanduser()
         tree = path.is_dir() and any((path / s).is_dir() for s in SPLITS)
         if tree or (path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)):
-            return load_image_folder(path, Path(root).expanduser() / "cache", progress=progress, batch_size=batch_size)
-        if path.is_dir():
+            arrays = load_image_folder(path, Path(root).expanduser() / "cache", progress=progress, batch_size=batch_size)
+        elif path.is_dir():
             arrays = read_cifar_batches(path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path, md5)
         elif path.is_file():
             arrays = load_npz(path)
