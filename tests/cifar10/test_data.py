@@ -101,7 +101,7 @@ def test_md5_is_checked_before_anything_is_unpickled(tmp_path, small):
 
 @pytest.mark.slow
 def test_download_is_md5_checked_then_extracted(tmp_path, small):
-    """The real download code (torchvision's download_url) against a local HTTP server, no internet."""
+    """The real download code (torchvision's download_and_extract_archive) against a local HTTP server, no internet."""
     src = tmp_path / "server"
     table = write_cifar_batches(src / "cifar-10-batches-py", small)
     archive = src / "cifar-10-python.tar.gz"
@@ -128,7 +128,7 @@ def test_download_is_md5_checked_then_extracted(tmp_path, small):
 
 # ----------------------------------------------------------------------------- hostile input (issue 23)
 def test_a_failed_download_leaves_no_folder(tmp_path, monkeypatch):
-    """Item 21: `--data auto` offline left an empty data/ folder (torchvision's download_url creates it)."""
+    """Item 21: `--data auto` offline left an empty data/ folder (torchvision's download creates it)."""
     fake = types.ModuleType("torchvision.datasets.utils")
 
     def offline(url, root, filename, md5):
@@ -136,7 +136,7 @@ def test_a_failed_download_leaves_no_folder(tmp_path, monkeypatch):
         (Path(root) / filename).write_bytes(b"partial")
         raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
 
-    fake.download_url = offline
+    fake.download_and_extract_archive = offline
     monkeypatch.setitem(sys.modules, "torchvision.datasets.utils", fake)
     (tmp_path / "kept").mkdir()
     with pytest.raises(DataError, match="could not download CIFAR-10 .*name resolution"):
@@ -604,8 +604,8 @@ def test_a_small_tar_gz_of_many_large_bad_images_is_refused_at_the_first(tmp_pat
 
 
 def _swap_after(monkeypatch, step, swap):
-    """Call ``swap()`` once, right after ``step`` of :func:`load_image_folder`: after the cache lookup (the source's
-    digest computed, the archive not yet listed) or the cache folder's check (listed, not yet decoded)."""
+    """Call ``swap()`` right after each call of ``step`` in :func:`load_image_folder` (``file_hash``: after the archive's
+    sha256 is computed, before it is read)."""
     done = getattr(data, step)
 
     def then_swap(*args, **kwargs):
@@ -624,7 +624,7 @@ def _refusal(load) -> str:
     return ""
 
 
-@pytest.mark.parametrize("step", ["_read_cache"])
+@pytest.mark.parametrize("step", ["file_hash"])
 def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for_other_images(tmp_path, small40,
                                                                                              monkeypatch, step):
     """Issue 41 item 2: the archive's sha256 was computed, then the file read again to decode it: swapped between the
@@ -634,7 +634,6 @@ def test_an_archive_swapped_between_hashing_and_decoding_cannot_seal_a_cache_for
     want = load_image_folder(src, cache_dir=None, progress=False)
     original = src.read_bytes()
     cache = tmp_path / "cache"
-    cache.mkdir()
     with monkeypatch.context() as patch:
         _swap_after(patch, step, lambda: src.write_bytes(other.read_bytes()))
         refused = _refusal(lambda: load_image_folder(src, cache_dir=cache, progress=False))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from tqdm import tqdm
 
 from ..params import is_int
 from .config import available_memory
@@ -49,9 +50,8 @@ SPLITS = ("train", "test")
 MAX_IMAGE_BYTES = 1 << 20
 #: the decoder's version, in the cache's name: raise it when the decoding or the labels change.
 CACHE_VERSION = 3
-HOW_TO_GET = (f"Get CIFAR-10 with `--data auto` (downloads {CIFAR10_URL}, md5-checked), or pass its extracted folder, a "
-              ".npz of uint8 x_train (N,32,32,3), y_train (N,), x_test, y_test, an image-folder tree "
-              "train|test/<class>/*.png|jpg or a .tar/.tar.gz/.tgz of one.")
+HOW_TO_GET = (f"Get CIFAR-10 with --data auto (downloads {CIFAR10_URL}), or pass its extracted folder, a .npz of "
+              "uint8 x_train (N,32,32,3), y_train (N,), x_test, y_test, or a tree train|test/<class>/*.png|jpg or its tar.")
 
 
 class DataError(ValueError):
@@ -129,17 +129,20 @@ def file_hash(path, algorithm="md5") -> str:
     return h.hexdigest()
 
 
-def _check_split(name: str, x, y, source: str) -> tuple[np.ndarray, np.ndarray]:
-    x, y = np.asarray(x), np.asarray(y)
-    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[1:] != (32, 32, 3):
-        raise DataError(f"{source}: x_{name} must be uint8 of shape (N, 32, 32, 3) (HWC, RGB); got {x.dtype} {x.shape}")
-    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or len(y) != len(x):
-        raise DataError(f"{source}: y_{name} must be integer labels of shape ({len(x)},); got {y.dtype} {y.shape}")
-    if len(y) == 0:
-        raise DataError(f"{source}: the {name} split is empty")
-    if y.min() < 0 or y.max() > 9:
-        raise DataError(f"{source}: y_{name} must hold labels in 0..9; found {int(y.min())}..{int(y.max())}")
-    return x, y.astype(np.int64)
+def _checked(arrays: dict, path, **fields) -> CifarArrays:
+    """``arrays`` (x_train, y_train, x_test, y_test) read from ``path`` as :class:`CifarArrays`, each split checked."""
+    checked = {}
+    for s in SPLITS:
+        x, y = np.ascontiguousarray(arrays[f"x_{s}"]), np.asarray(arrays[f"y_{s}"])
+        if x.dtype != np.uint8 or x.shape[1:] != (32, 32, 3) or len(x) == 0:
+            raise DataError(f"{path}: x_{s} must be uint8 of shape (N, 32, 32, 3), N ≥ 1 (HWC, RGB); got {x.dtype} "
+                            f"{x.shape}")
+        if not np.issubdtype(y.dtype, np.integer) or y.shape != (len(x),):
+            raise DataError(f"{path}: y_{s} must be integer labels of shape ({len(x)},); got {y.dtype} {y.shape}")
+        if y.min() < 0 or y.max() > 9:
+            raise DataError(f"{path}: y_{s} must hold labels in 0..9; found {int(y.min())}..{int(y.max())}")
+        checked |= {f"x_{s}": x, f"y_{s}": y.astype(np.int64)}
+    return CifarArrays(**checked, **fields)
 
 
 def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
@@ -151,8 +154,7 @@ def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None
 def _read_npz(path: Path, keys) -> dict:
     """The arrays ``keys`` of the ``.npz`` at ``path`` (``np.load``, no pickles), once their ``.npy`` headers show
     that they fit in the memory available; one :class:`DataError` line otherwise."""
-    from numpy.lib import format as npy
-
+    npy = np.lib.format
     try:
         with zipfile.ZipFile(path) as zf:
             if missing := [k for k in keys if f"{k}.npy" not in zf.namelist()]:
@@ -179,10 +181,8 @@ def load_npz(path) -> CifarArrays:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"--data {path}: no such file. {HOW_TO_GET}")
-    arrays = _read_npz(path, NPZ_KEYS)
-    return CifarArrays(*_check_split("train", arrays["x_train"], arrays["y_train"], str(path)),
-                       *_check_split("test", arrays["x_test"], arrays["y_test"], str(path)), source=path.name,
-                       kind="npz", files={path.name: "sha256:" + file_hash(path, "sha256")})
+    return _checked(_read_npz(path, NPZ_KEYS), path, source=path.name, kind="npz",
+                    files={path.name: "sha256:" + file_hash(path, "sha256")})
 
 
 # ----------------------------------------------------------------------------- CIFAR's python batches
@@ -218,21 +218,20 @@ def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
                 out[n] = (data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)
             except (pickle.UnpicklingError, KeyError, TypeError, EOFError, AttributeError, ValueError) as err:
                 raise DataError(f"{folder / n}: not a CIFAR-10 python batch ({err!r})") from None
-    train = [np.ascontiguousarray(np.concatenate([out[n][i] for n in BATCH_FILES[:5]])) for i in (0, 1)]
-    test = [np.ascontiguousarray(a) for a in out["test_batch"]]
-    return CifarArrays(*_check_split("train", *train, str(folder)), *_check_split("test", *test, str(folder)),
-                       source=folder.name, kind="cifar-python", files=files)
+    x, y = (np.concatenate([out[n][i] for n in BATCH_FILES[:5]]) for i in (0, 1))
+    return _checked({"x_train": x, "y_train": y, "x_test": out["test_batch"][0], "y_test": out["test_batch"][1]},
+                    folder, source=folder.name, kind="cifar-python", files=files)
 
 
 def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_ARCHIVE_MD5) -> Path:
-    """Download CIFAR-10's python archive into ``root`` (torchvision's ``download_url``, md5-checked) and extract it
-    (``filter="data"``); a failed download removes the archive and the folders it made."""
+    """Download CIFAR-10's python archive into ``root`` and extract it (torchvision, md5-checked); a failed download
+    removes the archive and the folders it made."""
     root = Path(root).expanduser()
     created = [p for p in (root, *root.parents) if not p.exists()]  # deepest first
-    from torchvision.datasets.utils import download_url
+    from torchvision.datasets.utils import download_and_extract_archive
 
     try:
-        download_url(url, str(root), CIFAR10_ARCHIVE, archive_md5)
+        download_and_extract_archive(url, str(root), filename=CIFAR10_ARCHIVE, md5=archive_md5)
     except Exception as err:  # network errors, or torchvision's "File not found or corrupted."
         (root / CIFAR10_ARCHIVE).unlink(missing_ok=True)
         for folder in created:
@@ -240,8 +239,6 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
                 folder.rmdir()
         raise DataError(f"could not download CIFAR-10 from {url} into {root} with md5 {archive_md5} ({err}). If this "
                         f"machine is offline, copy {CIFAR10_ARCHIVE} there or use --data PATH. {HOW_TO_GET}") from None
-    with tarfile.open(root / CIFAR10_ARCHIVE, "r:gz") as tar:
-        tar.extractall(root, filter="data")
     return root / CIFAR10_FOLDER
 
 
@@ -251,20 +248,17 @@ def _decode_image(name: str, raw: bytes) -> np.ndarray:
     whose high bytes Pillow keeps, a damaged file) is a :class:`DataError` naming the file."""
     from PIL import Image
 
-    expected = "expected a 32×32 8-bit RGB PNG or JPEG"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(raw), formats=("PNG", "JPEG")) as im:
                 mode = im.tile[0][3] if im.format == "PNG" else im.mode  # a 16-bit PNG: mode RGB, raw mode RGB;16B
-                if mode != "RGB" or im.size != (32, 32):
-                    raise DataError(f"{name}: a {im.size[0]}×{im.size[1]} {im.format} of mode {mode}; {expected}")
-                im.load()
-                return np.asarray(im, dtype=np.uint8)
-    except DataError:
-        raise
+                if mode == "RGB" and im.size == (32, 32):
+                    return np.asarray(im, dtype=np.uint8)
+                what = f"a {im.size[0]}×{im.size[1]} {im.format} of mode {mode}"
     except Exception as err:  # Pillow raises many types on malformed files
-        raise DataError(f"{name}: not a readable PNG or JPEG image ({err}); {expected}") from None
+        what = f"not a readable PNG or JPEG image ({err})"
+    raise DataError(f"{name}: {what}; expected a 32×32 8-bit RGB PNG or JPEG")
 
 
 def _folder_entries(root: Path):
@@ -282,17 +276,14 @@ def _folder_entries(root: Path):
             todo += sorted((c for c in p.iterdir() if not c.name.startswith(".")), reverse=True)
 
 
-#: a compressed tar by its magic bytes, read in bounded chunks (``tarfile``'s ``r|*`` inflates each 10 KiB it reads
-#: whole: a 300-byte .tar.bz2 of zeros fills gigabytes)
-_COMPRESSIONS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ": lzma.open}
-
-
 def _tar_entries(path: Path):
     """(relative path, kind, size, read) of a tar's members, streamed: ``read`` only before the next; paths are
     relative to the tree's top folder (the first member's if it is not a split)."""
     top = None
     with open(path, "rb") as f:
-        opener = next((o for m, o in _COMPRESSIONS.items() if f.peek(5).startswith(m)), lambda f: f)
+        # by its magic bytes, read in bounded chunks (tarfile's r|* inflates each 10 KiB whole: a bz2 bomb fills GBs)
+        magic = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ": lzma.open}
+        opener = next((o for m, o in magic.items() if f.peek(5).startswith(m)), lambda f: f)
         with opener(f) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
             for m in tar:
                 name = m.name.removeprefix("./").rstrip("/")
@@ -304,10 +295,9 @@ def _tar_entries(path: Path):
 
 
 def _images(path: Path, source: str, archive: bool) -> dict:
-    """``{path: bytes}`` of a folder's images ``<split>/<class>/<file>``, or ``{path: pixels}`` of a tar's, decoded as
-    they stream, in split, class, file name order: only regular files of at most :data:`MAX_IMAGE_BYTES` with an image
-    suffix are read, anything else in a split is one :class:`DataError` line; hidden entries and what lies beside the
-    splits are ignored."""
+    """``{path: bytes}`` of a folder's images ``<split>/<class>/<file>`` (a tar's decoded as they stream), sorted: only
+    regular files of at most :data:`MAX_IMAGE_BYTES` named like an image are read, anything else in a split is one
+    :class:`DataError` line; hidden entries and what lies beside the splits are ignored."""
     images = {}
     try:
         for rel, kind, size, read in _tar_entries(path) if archive else _folder_entries(path):
@@ -328,8 +318,6 @@ def _images(path: Path, source: str, archive: bool) -> dict:
 
 def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | None, progress: bool) -> CifarArrays:
     """The images labelled by their class folder, once both splits hold the same classes; bytes decoded."""
-    from tqdm import tqdm
-
     order = {s: [r for r in images if r.startswith(s + "/")] for s in SPLITS}
     if missing := [s for s in SPLITS if not order[s]]:
         raise DataError(f"{source}: no images in {missing[0]}/<class>/. {HOW_TO_GET}")
@@ -343,20 +331,6 @@ def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | No
     x = {s: np.stack([images[r] for r in order[s]]) for s in SPLITS}
     y = {s: np.array([CLASSES.index(r.split("/")[1]) for r in order[s]], dtype=np.int64) for s in SPLITS}
     return CifarArrays(x["train"], y["train"], x["test"], y["test"], source, kind, {source: "sha256:" + key})
-
-
-def _read_cache(cache: Path, source: str, kind: str, key: str) -> CifarArrays | None:
-    """The arrays cached in ``cache`` if they hash to the sha256 it records, else None (a line on stderr: rebuilt)."""
-    if not cache.is_file():
-        return None
-    try:
-        content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
-        arrays = CifarArrays(*(content[k] for k in NPZ_KEYS), source, kind, {source: "sha256:" + key})
-        if str(content["sha256"]) != arrays.sha256:
-            raise DataError(f"{cache}: its arrays do not hash to the sha256 it records (changed since)")
-        return arrays
-    except DataError as err:
-        print(f"{err}; rebuilding the cache from {source}", file=sys.stderr)
 
 
 def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
@@ -380,13 +354,19 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
     if cache is not None and cache.parent.is_dir():
         remove_stale_leftovers(cache.parent)
-        if (arrays := _read_cache(cache, source, kind, key)) is not None:
-            return arrays
+    if cache is not None and cache.is_file():  # used if its arrays hash to the sha256 it records, else rebuilt
+        try:
+            content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
+            arrays = CifarArrays(*(content[k] for k in NPZ_KEYS), source, kind, {source: "sha256:" + key})
+            if str(content["sha256"]) == arrays.sha256:
+                return arrays
+            raise DataError(f"{cache}: its arrays do not hash to the sha256 it records (changed since)")
+        except DataError as err:
+            print(f"{err}; rebuilding the cache from {source}", file=sys.stderr)
     if archive:
         images = _images(path, source, archive)
         if file_hash(path, "sha256") != key:
-            raise DataError(f"{source} changed while it was read (other bytes than those first hashed); nothing was "
-                            "cached: run again when nothing writes to it")
+            raise DataError(f"{source} changed while it was read (nothing was cached): run again when nothing writes to it")
     arrays = _arrays(images, source, kind, key, batch_size, progress)
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
@@ -405,27 +385,22 @@ def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bo
                  batch_size: int | None = None) -> CifarArrays:
     """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
     ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
+    path, root = Path(str(data)).expanduser(), Path(root).expanduser()
     if isinstance(data, CifarArrays):
         arrays = data
     elif str(data) == "synthetic":
         arrays = make_synthetic()
     elif str(data) == "auto":
-        folder = Path(root).expanduser() / CIFAR10_FOLDER
-        if not all((folder / n).is_file() for n in BATCH_FILES):
-            folder = download_cifar10(root)
-        arrays = read_cifar_batches(folder, md5)
+        there = all((root / CIFAR10_FOLDER / n).is_file() for n in BATCH_FILES)
+        arrays = read_cifar_batches(root / CIFAR10_FOLDER if there else download_cifar10(root), md5)
+    elif any((path / s).is_dir() for s in SPLITS) or path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES):
+        arrays = load_image_folder(path, root / "cache", progress=progress, batch_size=batch_size)
+    elif path.is_dir():
+        arrays = read_cifar_batches(path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path, md5)
+    elif path.is_file():
+        arrays = load_npz(path)
     else:
-        path = Path(str(data)).expanduser()
-        tree = path.is_dir() and any((path / s).is_dir() for s in SPLITS)
-        if tree or (path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)):
-            arrays = load_image_folder(path, Path(root).expanduser() / "cache", progress=progress, batch_size=batch_size)
-        elif path.is_dir():
-            arrays = read_cifar_batches(path / CIFAR10_FOLDER if (path / CIFAR10_FOLDER).is_dir() else path, md5)
-        elif path.is_file():
-            arrays = load_npz(path)
-        else:
-            raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic' or a path). "
-                            f"{HOW_TO_GET}")
+        raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic' or a path). {HOW_TO_GET}")
     _check_batch_size(len(arrays.y_train), batch_size, arrays.source)
     return arrays
 
@@ -443,7 +418,5 @@ def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise:
         x = 128 + 50 * templates[y] + noise * rng.normal(size=(n, 32, 32, 3))
         return np.clip(np.rint(x), 0, 255).astype(np.uint8), y.astype(np.int64)
 
-    x_train, y_train = split(n_train)
-    x_test, y_test = split(n_test)
-    return CifarArrays(x_train, y_train, x_test, y_test, source=f"synthetic(n_train={n_train}, n_test={n_test}, "
+    return CifarArrays(*split(n_train), *split(n_test), source=f"synthetic(n_train={n_train}, n_test={n_test}, "
                        f"seed={seed})", kind="synthetic")
