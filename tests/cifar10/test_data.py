@@ -131,9 +131,9 @@ def test_a_failed_download_leaves_no_folder(tmp_path, monkeypatch):
     """Item 21: `--data auto` offline left an empty data/ folder (torchvision's download creates it)."""
     fake = types.ModuleType("torchvision.datasets.utils")
 
-    def offline(url, root, filename, md5):
+    def offline(url, root, md5):
         os.makedirs(root, exist_ok=True)
-        (Path(root) / filename).write_bytes(b"partial")
+        (Path(root) / os.path.basename(url)).write_bytes(b"partial")  # torchvision's name for the download
         raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
 
     fake.download_and_extract_archive = offline
@@ -165,8 +165,8 @@ def test_missing_or_bad_data_says_what_was_expected(tmp_path, small):
         "lacks \\['y_test'\\]": {k: v for k, v in arrays.items() if k != "y_test"},
         "x_train must be uint8": {**arrays, "x_train": arrays["x_train"].astype(np.float32)},
         "x_test must be uint8 of shape \\(N, 32, 32, 3\\)": {**arrays, "x_test": arrays["x_test"][:, :16]},
-        "labels in 0..9": {**arrays, "y_train": arrays["y_train"] + 5},
-        "y_test must be integer labels": {**arrays, "y_test": arrays["y_test"][:-1]},
+        "y_train must be 60 integer labels in 0..9": {**arrays, "y_train": arrays["y_train"] + 5},
+        "y_test must be 20 integer labels in 0..9; got int64 \\(19,\\)": {**arrays, "y_test": arrays["y_test"][:-1]},
         "bad\\.npz: not a readable \\.npz file.*allow_pickle=False": {**arrays, "y_train": np.array([object()] * 60)},
     }
     for message, content in cases.items():

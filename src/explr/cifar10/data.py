@@ -8,6 +8,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import importlib.util
 import io
 import lzma
 import math
@@ -33,15 +34,13 @@ from .files import atomic_write, remove_stale_leftovers
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
-CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
 CIFAR10_ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_FOLDER = "cifar-10-batches-py"
+BATCH_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
 #: md5 of each official python batch (the table torchvision checks).
-CIFAR10_FILES_MD5 = {
-    "data_batch_1": "c99cafc152244af753f735de768cd75f", "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
-    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e"}
-BATCH_FILES = tuple(CIFAR10_FILES_MD5)
+CIFAR10_FILES_MD5 = dict(zip(BATCH_FILES, ("c99cafc152244af753f735de768cd75f", "d4bba439e000b95fd0a9bffe97cbabec",
+    "54ebc095f3ab1f0389bbae665268c751", "634d18415352ddfa80567beed471001a", "482c414d41f54cd18b22e5b47cb7c3cb",
+    "40351d587109b95175f43aff81a1287e")))
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -114,10 +113,8 @@ class CifarArrays:
 def arrays_sha256(*arrays) -> str:
     """sha256 over each array's dtype, shape and bytes."""
     h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(memoryview(a).cast("B"))
+    for a in map(np.asarray, arrays):
+        h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
     return h.hexdigest()
 
 
@@ -130,19 +127,16 @@ def file_hash(path, algorithm="md5") -> str:
 
 
 def _checked(arrays: dict, path, **fields) -> CifarArrays:
-    """``arrays`` (x_train, y_train, x_test, y_test) read from ``path`` as :class:`CifarArrays`, each split checked."""
-    checked = {}
+    """``arrays`` (x_train, y_train, x_test, y_test, a new dict) read from ``path``, checked, as :class:`CifarArrays`."""
     for s in SPLITS:
-        x, y = np.ascontiguousarray(arrays[f"x_{s}"]), np.asarray(arrays[f"y_{s}"])
+        x = arrays[f"x_{s}"] = np.ascontiguousarray(arrays[f"x_{s}"])
+        y = np.asarray(arrays[f"y_{s}"])
         if x.dtype != np.uint8 or x.shape[1:] != (32, 32, 3) or len(x) == 0:
-            raise DataError(f"{path}: x_{s} must be uint8 of shape (N, 32, 32, 3), N ≥ 1 (HWC, RGB); got {x.dtype} "
-                            f"{x.shape}")
-        if not np.issubdtype(y.dtype, np.integer) or y.shape != (len(x),):
-            raise DataError(f"{path}: y_{s} must be integer labels of shape ({len(x)},); got {y.dtype} {y.shape}")
-        if y.min() < 0 or y.max() > 9:
-            raise DataError(f"{path}: y_{s} must hold labels in 0..9; found {int(y.min())}..{int(y.max())}")
-        checked |= {f"x_{s}": x, f"y_{s}": y.astype(np.int64)}
-    return CifarArrays(**checked, **fields)
+            raise DataError(f"{path}: x_{s} must be uint8 of shape (N, 32, 32, 3), N ≥ 1; got {x.dtype} {x.shape}")
+        if not np.issubdtype(y.dtype, np.integer) or y.shape != (len(x),) or y.min() < 0 or y.max() > 9:
+            raise DataError(f"{path}: y_{s} must be {len(x)} integer labels in 0..9; got {y.dtype} {y.shape}")
+        arrays[f"y_{s}"] = y.astype(np.int64)
+    return CifarArrays(**arrays, **fields)
 
 
 def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
@@ -150,7 +144,6 @@ def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None
         raise DataError(f"batch_size (--batch-size) {batch_size} exceeds the {n_train} training images of {source}")
 
 
-# ----------------------------------------------------------------------------- .npz
 def _read_npz(path: Path, keys) -> dict:
     """The arrays ``keys`` of the ``.npz`` at ``path`` (``np.load``, no pickles), once their ``.npy`` headers show
     that they fit in the memory available; one :class:`DataError` line otherwise."""
@@ -185,7 +178,6 @@ def load_npz(path) -> CifarArrays:
                     files={path.name: "sha256:" + file_hash(path, "sha256")})
 
 
-# ----------------------------------------------------------------------------- CIFAR's python batches
 class _ArrayUnpickler(pickle.Unpickler):
     """Unpickles dicts, lists, bytes/str and numpy arrays -- nothing that can run code."""
 
@@ -231,18 +223,16 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
     from torchvision.datasets.utils import download_and_extract_archive
 
     try:
-        download_and_extract_archive(url, str(root), filename=CIFAR10_ARCHIVE, md5=archive_md5)
+        download_and_extract_archive(url, str(root), md5=archive_md5)
     except Exception as err:  # network errors, or torchvision's "File not found or corrupted."
-        (root / CIFAR10_ARCHIVE).unlink(missing_ok=True)
-        for folder in created:
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        (root / url.rsplit("/", 1)[-1]).unlink(missing_ok=True)
+        for folder in (p for p in created if p.is_dir() and not any(p.iterdir())):  # lazily: deepest first
+            folder.rmdir()
         raise DataError(f"could not download CIFAR-10 from {url} into {root} with md5 {archive_md5} ({err}). If this "
-                        f"machine is offline, copy {CIFAR10_ARCHIVE} there or use --data PATH. {HOW_TO_GET}") from None
+                        f"machine is offline, copy that archive there or use --data PATH. {HOW_TO_GET}") from None
     return root / CIFAR10_FOLDER
 
 
-# ----------------------------------------------------------------------------- image folders and their archives
 def _decode_image(name: str, raw: bytes) -> np.ndarray:
     """One 32×32 8-bit RGB PNG/JPEG → uint8 (32, 32, 3) (Pillow); anything else (a decompression bomb, a 16-bit PNG,
     whose high bytes Pillow keeps, a damaged file) is a :class:`DataError` naming the file."""
@@ -295,9 +285,8 @@ def _tar_entries(path: Path):
 
 
 def _images(path: Path, source: str, archive: bool) -> dict:
-    """``{path: bytes}`` of a folder's images ``<split>/<class>/<file>`` (a tar's decoded as they stream), sorted: only
-    regular files of at most :data:`MAX_IMAGE_BYTES` named like an image are read, anything else in a split is one
-    :class:`DataError` line; hidden entries and what lies beside the splits are ignored."""
+    """``{path: bytes}`` (a tar's decoded as they stream), sorted, of a tree's ``<split>/<class>/<image>``: only regular
+    files ≤ :data:`MAX_IMAGE_BYTES` are read; anything else in a split is refused, hidden files and others ignored."""
     images = {}
     try:
         for rel, kind, size, read in _tar_entries(path) if archive else _folder_entries(path):
@@ -333,27 +322,19 @@ def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | No
     return CifarArrays(x["train"], y["train"], x["test"], y["test"], source, kind, {source: "sha256:" + key})
 
 
-def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch_size: int | None = None) \
-        -> CifarArrays:
-    """A tree ``train/<class>/*``, ``test/<class>/*`` of 32×32 RGB PNG/JPEG files, or a tar of one, decoded once and
-    cached as ``<cache_dir>/image-folder-v<CACHE_VERSION>-<key>.npz`` (``cache_dir=None``: no cache), ``key`` the
-    archive's sha256, or a folder's over its images' paths and bytes."""
+def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: int | None = None) -> CifarArrays:
+    """A tree ``train|test/<class>/*`` of 32×32 RGB PNG/JPEG files, or a tar of one, decoded once and cached as
+    ``<cache_dir>/image-folder-v<CACHE_VERSION>-<key>.npz``, key the archive's sha256 or a folder's over its images."""
     path = Path(path).expanduser()
     source, archive = path.name, path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
     kind = "image-folder-tar" if archive else "image-folder"
-    if not (archive or path.is_dir()):
-        raise DataError(f"--data {path}: no such image folder or archive. {HOW_TO_GET}")
-    try:
-        import PIL.Image  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("PIL") is None:
         raise DataError(f"--data {source}: an image folder needs Pillow, which is not installed; "
-                        "pip install 'explr-book[cifar10]'") from None
+                        "pip install 'explr-book[cifar10]'")
     images = None if archive else _images(path, source, archive)
     key = file_hash(path, "sha256") if archive else hashlib.sha256(b"".join(
         os.fsencode(rel) + b"\0" + hashlib.sha256(raw).digest() for rel, raw in images.items())).hexdigest()
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
-    if cache is not None and cache.parent.is_dir():
-        remove_stale_leftovers(cache.parent)
     if cache is not None and cache.is_file():  # used if its arrays hash to the sha256 it records, else rebuilt
         try:
             content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
@@ -372,17 +353,15 @@ def load_image_folder(path, cache_dir="data/cache", progress: bool = True, batch
     if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(cache, lambda f: np.savez(f, **{k: getattr(arrays, k) for k in NPZ_KEYS},
-                                                   sha256=np.array(arrays.sha256)))
+            remove_stale_leftovers(cache.parent)  # of writes that were killed
+            atomic_write(cache, lambda f: np.savez(f, sha256=arrays.sha256, **{k: getattr(arrays, k) for k in NPZ_KEYS}))
         except OSError as err:
             raise DataError(f"cannot write the cache at {cache} ({err.strerror or err}); free space or choose "
                             "another --data-root") from None
     return arrays
 
 
-# ----------------------------------------------------------------------------- every source of --data
-def load_cifar10(data="auto", root="data", md5: dict | None = None, progress: bool = True,
-                 batch_size: int | None = None) -> CifarArrays:
+def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: int | None = None) -> CifarArrays:
     """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
     ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
     path, root = Path(str(data)).expanduser(), Path(root).expanduser()
@@ -410,13 +389,11 @@ def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise:
     noise; uint8 ``(N, 32, 32, 3)`` images, balanced shuffled labels."""
     if bad := next(((k, v) for k, v in (("n_train", n_train), ("n_test", n_test)) if not (is_int(v) and v >= 1)), 0):
         raise ValueError(f"{bad[0]} must be a positive integer; got {bad[1]!r}")
-    rng = np.random.default_rng(seed)
+    rng, arrays = np.random.default_rng(seed), []
     templates = np.kron(rng.normal(size=(10, 4, 4, 3)), np.ones((1, 8, 8, 1)))
-
-    def split(n):
+    for n in (n_train, n_test):
         y = rng.permutation(np.arange(n) % 10)
         x = 128 + 50 * templates[y] + noise * rng.normal(size=(n, 32, 32, 3))
-        return np.clip(np.rint(x), 0, 255).astype(np.uint8), y.astype(np.int64)
-
-    return CifarArrays(*split(n_train), *split(n_test), source=f"synthetic(n_train={n_train}, n_test={n_test}, "
+        arrays += [np.clip(np.rint(x), 0, 255).astype(np.uint8), y.astype(np.int64)]
+    return CifarArrays(*arrays, source=f"synthetic(n_train={n_train}, n_test={n_test}, "
                        f"seed={seed})", kind="synthetic")
