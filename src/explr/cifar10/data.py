@@ -335,6 +335,8 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
     key = file_hash(path, "sha256") if archive else hashlib.sha256(b"".join(
         os.fsencode(rel) + b"\0" + hashlib.sha256(raw).digest() for rel, raw in images.items())).hexdigest()
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
+    if cache is not None and cache.parent.is_dir():
+        remove_stale_leftovers(cache.parent)  # of writes that were killed
     if cache is not None and cache.is_file():  # used if its arrays hash to the sha256 it records, else rebuilt
         try:
             content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
@@ -353,7 +355,6 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
     if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_leftovers(cache.parent)  # of writes that were killed
             atomic_write(cache, lambda f: np.savez(f, sha256=arrays.sha256, **{k: getattr(arrays, k) for k in NPZ_KEYS}))
         except OSError as err:
             raise DataError(f"cannot write the cache at {cache} ({err.strerror or err}); free space or choose "
