@@ -292,15 +292,15 @@ def _png(mode="RGB", size=(32, 32)):
 
 
 BAD_TREES = {
-    "missing split": (lambda r: __import__("shutil").rmtree(r / "test"), r"no images in test/<class>/"),
-    "empty class folder": (lambda r: [p.unlink() for p in (r / "train" / "cat").iterdir()], r"different classes \(only in train: \[\]; only in test: \['cat'\]\)"),
+    "missing split": (lambda r: __import__("shutil").rmtree(r / "test"), r"cifar: train/ and test/ must hold images of the same classes \(only in train: \['airplane',"),
+    "empty class folder": (lambda r: [p.unlink() for p in (r / "train" / "cat").iterdir()], r"same classes \(only in train: \[\]; only in test: \['cat'\]\)"),
     "unknown class folder": (lambda r: (r / "train" / "unicorn").mkdir(), "train/unicorn: train/ may hold only the class folders"),
     "non-image file": (lambda r: (r / "train" / "cat" / "notes.txt").write_text("hi"), r"notes\.txt: not an image"),
     "unreadable image": (lambda r: (r / "train" / "cat" / "broken.png").write_bytes(b"\x89PNG garbage"),
                          r"broken\.png: not a readable"),
     "wrong size": (lambda r: (r / "train" / "cat" / "big.png").write_bytes(_png(size=(33, 32))), r"big\.png: a 33×32 PNG of mode RGB; expected"),
     "wrong mode": (lambda r: (r / "test" / "dog" / "grey.png").write_bytes(_png("L")), r"grey\.png: a 32×32 PNG of mode L;"),
-    "different classes": (lambda r: __import__("shutil").rmtree(r / "test" / "cat"), "different classes"),
+    "different classes": (lambda r: __import__("shutil").rmtree(r / "test" / "cat"), "same classes"),
     "file among class folders": (lambda r: (r / "train" / "stray.png").write_bytes(_png()), r"train/stray\.png: train/ may hold"),
 }
 

@@ -102,12 +102,11 @@ class CifarArrays:
 
     @property
     def identity(self) -> DataIdentity:
-        return DataIdentity(self.source, self.sha256, int(len(self.y_train)))
+        return DataIdentity(self.source, self.sha256, len(self.y_train))
 
     def describe(self) -> dict:  # the data as a run's manifest records it
         return {"source": self.source, "kind": self.kind, "sha256": self.sha256, "files": dict(self.files),
-                "n_train": int(len(self.y_train)), "n_test": int(len(self.y_test)),
-                "image_shape": list(self.x_train.shape[1:])}
+                "n_train": len(self.y_train), "n_test": len(self.y_test), "image_shape": list(self.x_train.shape[1:])}
 
 
 def arrays_sha256(*arrays) -> str:
@@ -145,8 +144,7 @@ def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None
 
 
 def _read_npz(path: Path, keys) -> dict:
-    """The arrays ``keys`` of the ``.npz`` at ``path`` (``np.load``, no pickles), once their ``.npy`` headers show
-    that they fit in the memory available; one :class:`DataError` line otherwise."""
+    """The arrays ``keys`` of a ``.npz`` (``np.load``, no pickles), once their ``.npy`` headers show they fit in memory."""
     npy = np.lib.format
     try:
         with zipfile.ZipFile(path) as zf:
@@ -174,8 +172,11 @@ def load_npz(path) -> CifarArrays:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"--data {path}: no such file. {HOW_TO_GET}")
-    return _checked(_read_npz(path, NPZ_KEYS), path, source=path.name, kind="npz",
-                    files={path.name: "sha256:" + file_hash(path, "sha256")})
+    try:
+        return _checked(_read_npz(path, NPZ_KEYS), path, source=path.name, kind="npz",
+                        files={path.name: "sha256:" + file_hash(path, "sha256")})
+    except DataError as err:
+        raise DataError(f"{err}. {HOW_TO_GET}") from None
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -306,13 +307,12 @@ def _images(path: Path, source: str, archive: bool) -> dict:
 
 
 def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | None, progress: bool) -> CifarArrays:
-    """The images labelled by their class folder, once both splits hold the same classes; bytes decoded."""
+    """The images labelled by their class folder, once both splits hold images of the same classes; bytes decoded."""
     order = {s: [r for r in images if r.startswith(s + "/")] for s in SPLITS}
-    if missing := [s for s in SPLITS if not order[s]]:
-        raise DataError(f"{source}: no images in {missing[0]}/<class>/. {HOW_TO_GET}")
-    if (train := {r.split("/")[1] for r in order["train"]}) != (test := {r.split("/")[1] for r in order["test"]}):
-        raise DataError(f"{source}: train/ and test/ hold images of different classes (only in train: "
-                        f"{sorted(train - test)}; only in test: {sorted(test - train)})")
+    train, test = ({r.split("/")[1] for r in order[s]} for s in SPLITS)
+    if not train or train != test:
+        raise DataError(f"{source}: train/ and test/ must hold images of the same classes (only in train: "
+                        f"{sorted(train - test)}; only in test: {sorted(test - train)}). {HOW_TO_GET}")
     _check_batch_size(len(order["train"]), batch_size, source)
     for rel in tqdm([r for r, v in images.items() if isinstance(v, bytes)], desc=f"decoding {source}", unit="img",
                     file=sys.stderr, disable=not progress, leave=False):
