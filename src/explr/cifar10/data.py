@@ -49,8 +49,8 @@ SPLITS = ("train", "test")
 MAX_IMAGE_BYTES = 1 << 20
 #: the decoder's version, in the cache's name: raise it when the decoding or the labels change.
 CACHE_VERSION = 3
-HOW_TO_GET = (f"Get CIFAR-10 with --data auto (downloads {CIFAR10_URL}), or pass its extracted folder, a .npz of "
-              "uint8 x_train (N,32,32,3), y_train (N,), x_test, y_test, or a tree train|test/<class>/*.png|jpg or its tar.")
+HOW_TO_GET = (f"Get CIFAR-10 with --data auto (downloads {CIFAR10_URL}), or pass its extracted folder, a .npz of uint8 "
+              "x_train (N,32,32,3), y_train (N,), x_test, y_test, a tree train|test/<class>/*.png|jpg or its tar.")
 
 
 class DataError(ValueError):
@@ -126,7 +126,7 @@ def file_hash(path, algorithm="md5") -> str:
 
 
 def _checked(arrays: dict, path, **fields) -> CifarArrays:
-    """``arrays`` (x_train, y_train, x_test, y_test, a new dict) read from ``path``, checked, as :class:`CifarArrays`."""
+    """``arrays`` (x_train, y_train, x_test, y_test; a new dict) read from ``path``, checked, as CifarArrays."""
     for s in SPLITS:
         x = arrays[f"x_{s}"] = np.ascontiguousarray(arrays[f"x_{s}"])
         y = np.asarray(arrays[f"y_{s}"])
@@ -144,7 +144,7 @@ def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None
 
 
 def _read_npz(path: Path, keys) -> dict:
-    """The arrays ``keys`` of a ``.npz`` (``np.load``, no pickles), once their ``.npy`` headers show they fit in memory."""
+    """The arrays ``keys`` of a ``.npz`` (no pickles), once their ``.npy`` headers show that they fit in memory."""
     npy = np.lib.format
     try:
         with zipfile.ZipFile(path) as zf:
@@ -153,12 +153,12 @@ def _read_npz(path: Path, keys) -> dict:
             need = 0
             for key in keys:
                 with zf.open(f"{key}.npy") as fp:
-                    version = npy.read_magic(fp)
-                    shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fp)
+                    read = npy.read_array_header_1_0 if npy.read_magic(fp) == (1, 0) else npy.read_array_header_2_0
+                    shape, _, dtype = read(fp)
                 need += math.prod(shape) * dtype.itemsize
         if need > (available := available_memory() or math.inf):
-            raise DataError(f"{path}: its arrays declare {need / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} "
-                            "GiB of memory available")
+            raise DataError(f"{path}: its arrays declare {need / 2**30:,.1f} GiB, more than the "
+                            f"{available / 2**30:,.1f} GiB of memory available")
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in keys}
     except DataError:
@@ -349,13 +349,13 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
     if archive:
         images = _images(path, source, archive)
         if file_hash(path, "sha256") != key:
-            raise DataError(f"{source} changed while it was read (nothing was cached): run again when nothing writes to it")
+            raise DataError(f"{source} changed while it was read (nothing cached): run again when nothing writes to it")
     arrays = _arrays(images, source, kind, key, batch_size, progress)
     arrays.channel_stats  # noqa: B018  (constant images raise DataError before anything is written)
     if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(cache, lambda f: np.savez(f, sha256=arrays.sha256, **{k: getattr(arrays, k) for k in NPZ_KEYS}))
+            atomic_write(cache, lambda f: np.savez(f, sha256=arrays.sha256, **{k: vars(arrays)[k] for k in NPZ_KEYS}))
         except OSError as err:
             raise DataError(f"cannot write the cache at {cache} ({err.strerror or err}); free space or choose "
                             "another --data-root") from None
