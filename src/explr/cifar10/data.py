@@ -365,7 +365,8 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
 def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: int | None = None) -> CifarArrays:
     """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
     ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
-    path, root = Path(str(data)).expanduser(), Path(root).expanduser()
+    root = Path(root).expanduser()
+    path = None if isinstance(data, CifarArrays) else Path(str(data)).expanduser()
     if isinstance(data, CifarArrays):
         arrays = data
     elif str(data) == "synthetic":
@@ -396,5 +397,4 @@ def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise:
         y = rng.permutation(np.arange(n) % 10)
         x = 128 + 50 * templates[y] + noise * rng.normal(size=(n, 32, 32, 3))
         arrays += [np.clip(np.rint(x), 0, 255).astype(np.uint8), y.astype(np.int64)]
-    return CifarArrays(*arrays, source=f"synthetic(n_train={n_train}, n_test={n_test}, "
-                       f"seed={seed})", kind="synthetic")
+    return CifarArrays(*arrays, source=f"synthetic(n_train={n_train}, n_test={n_test}, seed={seed})", kind="synthetic")
