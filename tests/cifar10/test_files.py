@@ -115,7 +115,7 @@ class TestHostileLocks:
 
     def test_a_disk_full_when_the_pid_is_written_is_one_line_exit_6_and_leaves_nothing(self, npz, tmp_path, capsys,
                                                                                         monkeypatch):
-        def full(fd, data, offset):
+        def full(*_):  # os.pwrite(fd, data, offset)
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(os, "pwrite", full)
