@@ -160,7 +160,8 @@ def test_a_killed_run_reads_as_interrupted_and_resumes(npz, tmp_path):
     done = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
     cfg = TrainConfig(**{**TINY, "epochs": 40}, schedule="texp", wd=5e-3, rescale_above=0.102, data=npz)
     resumed = train_run(cfg, run, resume=True, progress=False, stop_after=done + 1)
-    assert resumed.epochs_done == done + 1 and json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+    assert resumed.epochs_done == done + 1
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
 
 # ----------------------------------------------------------------------------- divergence

@@ -84,7 +84,7 @@ def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batc
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
-# ----------------------------------------------------------------------------- workers: shared data, processes, checks first
+# ----------------------------------------------------------------------------- workers: processes, checks first
 
 
 @pytest.mark.slow  # separate processes (spawn: each imports torch)

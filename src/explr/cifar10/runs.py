@@ -47,8 +47,7 @@ class EpochPlan:
 
 class DeviceData:
     """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
-    per-channel statistics) as ``(B, 3, H, W)``, channels_last unless ``channels_last=False``, in ``dtype``.  An epoch
-    is ``n_train // batch_size`` full batches (the rest of the permutation is skipped)."""
+    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``; an epoch is ``n_train // batch_size`` full batches."""
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True):
@@ -127,9 +126,8 @@ def _finite(fn, *args) -> float | None:
 
 
 class Trainer:
-    """Model, optimizer, scheduler and device data of one run (a validated ``config``); ``train_epoch`` is the hot
-    loop.  ``device``, ``precision``, ``schedule``: as a :class:`PreparedRun` resolved them, else from ``config``;
-    ``model``: a network instead of ``config``'s PreResNet (scale invariant for the exponential schedules)."""
+    """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.  ``device``,
+    ``precision``, ``schedule``: a :class:`PreparedRun`'s, else from ``config``; ``model``: instead of its PreResNet."""
 
     def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
                  precision: str | None = None, schedule: Schedule | None = None,
@@ -296,9 +294,8 @@ class PreparedRun:
 
 def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
                 resolved: dict | None = None) -> PreparedRun:
-    """``config``'s run into ``folder``, validated, its schedule built, its folder checked; writes nothing.
-    ``resolved``: :func:`~explr.cifar10.config.resolved_settings` (of ``jobs`` runs at a time) where the caller has
-    them.  ``ValueError`` (naming the flag) for a schedule that cannot be played, :class:`RunError` for the folder."""
+    """``config``'s run into ``folder``: validated, its schedule built, its folder checked, its settings ``resolved``
+    (for ``jobs`` runs at a time, if not given); writes nothing.  ``ValueError`` or :class:`RunError` in one line."""
     config.validate()
     resolved = resolved if resolved is not None else resolved_settings(config, jobs)
     folder, data, limit = Path(folder), arrays.identity, rescale_limit(config)
@@ -349,9 +346,8 @@ class RunResult:
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
-    """Train one run into the folder ``out`` (created): :func:`prepare_run` (a bad folder raises :class:`RunError`
-    before anything is written), then :func:`train_prepared`.  ``resume=True`` continues from ``out``'s checkpoint
-    if there is one (a finished run is returned as is)."""
+    """Train one run into the folder ``out``: :func:`prepare_run`, then :func:`train_prepared`.  ``resume=True``
+    continues from ``out``'s checkpoint if there is one (a finished run is returned as it is)."""
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
@@ -425,8 +421,8 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         write_manifest(out / MANIFEST, manifest)
         write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
         for epoch in range(start, config.epochs):
-            t0 = time.perf_counter()
-            sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
+            t0, shown = time.perf_counter(), _progress(bar, epoch * S, history)
+            sums = trainer.train_epoch(epoch, shown if progress else None)
             t1 = time.perf_counter()
             evaluation = trainer.evaluate()
             t2 = time.perf_counter()
@@ -442,9 +438,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
             history.append(row)
             write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
             record_epoch(out / MANIFEST, manifest, digest, epoch + 1, elapsed)
-            bar.update((epoch + 1) * S - bar.n)
-            bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
-                             "test": f"{row['test_acc']:.3f}"})
+            shown(S, *sums)  # the epoch's loss and accuracies
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
                 status, message = Status.INTERRUPTED, f"stopped after epoch {epoch + 1} (stop_after)"
                 break
@@ -463,7 +457,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
 
 
 def _progress(bar, first_step: int, history: list):
-    """The ``on_sync`` of an epoch: the bar advanced, the running loss and accuracy, the last test accuracy."""
+    """The ``on_sync`` of an epoch: the bar advanced, the loss and accuracy so far, the last test accuracy."""
     def on_sync(steps, loss_sum, correct, n):
         bar.update(first_step + steps - bar.n)
         test = {"test": f"{history[-1]['test_acc']:.3f}"} if history else {}

@@ -1,10 +1,10 @@
-"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in a pool of worker processes
-(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G, the data in shared memory) or as submitit jobs
-(:func:`submit`: each job resolves its device, precision and threads on its own node, and SLURM's requeue resumes
-it from its last checkpoint).
+"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in worker processes
+(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G) or as submitit jobs (:func:`submit`: each resolves its
+device, precision and threads on its own node; SLURM's requeue resumes it from its last checkpoint).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -40,20 +40,16 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
     resolved = [resolved_settings(c, jobs, here=here) for c in configs]  # --device cuda without CUDA fails here
     check_writable(out)
     for d in dirs:
-        try:
+        with contextlib.suppress(*([RunLocked] if skip_locked else [])):
             check_folder(d, resume)
-        except RunLocked:
-            if not skip_locked:
-                raise
     return resolved
 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
-    """Check every run of the sweep, show the lines worth showing (stale locks); returns ``(arrays, runs)`` and
-    creates nothing.  ``arrays``: the data in memory (else loaded once, the largest batch checked first); ``runs``:
-    each config's :class:`~explr.cifar10.runs.PreparedRun` (with ``skip_locked``, the :class:`RunLocked` of a run a
-    live process holds); ``here=False``: see :func:`check_before_data`."""
+    """Check every run of the sweep and show its notes (stale locks); creates nothing.  Returns ``(arrays, runs)``:
+    the data (loaded once if not given), each config's :class:`~explr.cifar10.runs.PreparedRun` (with
+    ``skip_locked``, the :class:`RunLocked` of a run a live process holds)."""
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
@@ -104,31 +100,25 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
     if pool < min(jobs, len(runs)):
         print(f"--jobs {jobs}: {pool} runs at a time, as many as the CPUs this process may use (each run on the CPU "
               "needs one)", file=sys.stderr)
-    if pool == 1 and deadline is None and log_file is None:
-        return [_run_here(run, arrays, progress) for run in runs]
-    return _run_processes(runs, arrays, pool, progress, deadline, log_file)
+    if pool > 1 or deadline is not None or log_file is not None:
+        return _run_processes(runs, arrays, pool, progress, deadline, log_file)
+    results = []
+    for run in runs:
+        try:
+            results.append(train_prepared(run, arrays, progress=progress))
+        except (TrainingDiverged, RunError) as err:  # the sweep goes on with its other runs
+            results.append(RunResult.of_error(run.folder, err))
+    return results
 
 
-def _run_here(run: PreparedRun, arrays, progress) -> RunResult:
-    try:
-        return train_prepared(run, arrays, progress=progress)
-    except (TrainingDiverged, RunError) as err:  # the sweep goes on with its other runs
-        return RunResult.of_error(run.folder, err)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Linux: the kernel sends SIGTERM to this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``)."""
-    if sys.platform.startswith("linux"):
+def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: tuple | None, parent: int,
+            log_file: str | None = None) -> None:
+    if sys.platform.startswith("linux"):  # the kernel sends SIGTERM to this process when its parent dies
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(128 + signal.SIGTERM)
-
-
-def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: tuple | None, parent: int,
-            log_file: str | None = None) -> None:
-    _die_with_parent(parent)
     if log_file is not None:  # this run's output, the C libraries' too, into its folder
         run.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(run.folder / log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -208,16 +198,14 @@ def _folder_result(folder, code: int | None = None) -> RunResult:
 
 
 def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
-    """The four arrays as tensors in shared memory (a spawned worker receives them without a copy) and the rest of
-    ``arrays``; ``None`` when ``/dev/shm`` has no room for them (the workers then load the data themselves)."""
+    """The four arrays as tensors in shared memory (a spawned worker gets them without a copy), and the rest of
+    ``arrays``; ``None`` where ``/dev/shm`` has no room (each worker then loads the data itself)."""
     names = ("x_train", "y_train", "x_test", "y_test")
-    try:
-        if shutil.disk_usage("/dev/shm").free < 2 * sum(getattr(arrays, k).nbytes for k in names):
-            return None
-    except OSError:
-        return None
-    meta = {"source": arrays.source, "kind": arrays.kind, "files": dict(arrays.files), "sha256": arrays.sha256}
-    return {k: torch.tensor(getattr(arrays, k)).share_memory_() for k in names}, meta
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage("/dev/shm").free > 2 * sum(getattr(arrays, k).nbytes for k in names):
+            meta = {"source": arrays.source, "kind": arrays.kind, "files": dict(arrays.files), "sha256": arrays.sha256}
+            return {k: torch.tensor(getattr(arrays, k)).share_memory_() for k in names}, meta
+    return None
 
 
 # ----------------------------------------------------------------------------- a cluster, through submitit
@@ -251,9 +239,8 @@ def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
 
 @dataclasses.dataclass
 class RunJob:
-    """One prepared run (:class:`~explr.cifar10.runs.PreparedRun`) as a submitit job: trained (or resumed) on its
-    node, with the data loaded there and the device, precision and threads resolved there; divergence, a full disk
-    or a folder taken meanwhile is its result's status.  ``checkpoint`` requeues it with ``resume=True``."""
+    """A prepared run as a submitit job: trained on its node, with the data loaded and the device, precision and
+    threads resolved there (a stopped run: its result's status); ``checkpoint`` requeues it resuming."""
 
     run: PreparedRun
 
@@ -286,8 +273,8 @@ def check_slurm(flags: list[str]) -> None:
         raise ValueError("--cluster slurm: sbatch --test-only did not answer within 60 s") from None
     if r.returncode != 0:
         lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
-        reason = (errors or lines or [f"exit code {r.returncode}"])[0]
+        lines = lines or [f"exit code {r.returncode}"]
+        reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
         raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
 
 
@@ -321,9 +308,9 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
         executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
     except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
         raise ValueError(f"--cluster {cluster}: {err}") from None
-    executor.update_parameters(timeout_min=timeout_min, gpus_per_node=gpus_per_run, name="explr-cifar10",
-                               **({"cpus_per_task": cpus_per_run} if cpus_per_run else {}),
-                               **({"slurm_partition": partition, "slurm_account": account} if cluster == "slurm" else {}))
+    slurm = {"slurm_partition": partition, "slurm_account": account} if cluster == "slurm" else {}
+    executor.update_parameters(timeout_min=timeout_min, gpus_per_node=gpus_per_run, name="explr-cifar10", **slurm,
+                               **({"cpus_per_task": cpus_per_run} if cpus_per_run else {}))
     with executor.batch():
         jobs = dict(zip(todo, [executor.submit(RunJob(runs[i])) for i in todo]))
     if not wait:
@@ -335,39 +322,35 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
 def _wait_for(jobs: dict, dirs: list, cluster: str) -> dict:
     """{index: result} of every job once all ended: it wrote its result, or ``job.done()`` (``sacct``'s state)
     sees it ended without one (status "failed"); without ``sacct`` only the result files end the wait."""
-    pending, results = dict(jobs), {}
-    sees_deaths = cluster == "local" or _sacct_answers(next(iter(pending.values())).job_id)
-    try:
-        while pending:
-            for i, job in list(pending.items()):
-                if job.paths.result_pickle.exists() or (sees_deaths and job.done()):
-                    results[i] = _outcome(dirs[i], pending.pop(i))
-            time.sleep(1 if pending else 0)
-    except KeyboardInterrupt:
-        if cluster == "local":  # the jobs are processes of this machine: they end with this one
-            for job in pending.values():
-                job.cancel(check=False)
-            deadline = time.monotonic() + 60
-            while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        else:
-            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
-                  file=sys.stderr)
-        raise
-    return results
-
-
-def _sacct_answers(job_id: str) -> bool:
-    """Whether SLURM's accounting (``sacct``) answers for ``job_id``; if not, one line says what is not seen."""
-    try:
-        r = subprocess.run(["sacct", "-n", "-X", "-j", job_id], capture_output=True, text=True, timeout=60)
-        why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
-    except (OSError, subprocess.TimeoutExpired) as err:
-        why = str(err)
+    pending, results, why = dict(jobs), {}, ""
+    if cluster == "slurm":  # does SLURM's accounting answer for the jobs?
+        try:
+            r = subprocess.run(["sacct", "-n", "-X", "-j", jobs[min(jobs)].job_id], capture_output=True, text=True,
+                               timeout=60)
+            why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
+        except (OSError, subprocess.TimeoutExpired) as err:
+            why = str(err)
     if why:
         print(f"sacct does not answer ({why}): a job killed before it writes its result (scancel, a node failure) "
               "is not seen, and the wait ends when every job has written one (Ctrl-C stops waiting)", file=sys.stderr)
-    return not why
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if job.paths.result_pickle.exists() or (not why and job.done()):
+                    results[i] = _outcome(dirs[i], pending.pop(i))
+            time.sleep(1 if pending else 0)
+    except KeyboardInterrupt:
+        if cluster != "local":
+            print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
+                  file=sys.stderr)
+            raise
+        for job in pending.values():  # the jobs are processes of this machine: they end with this one
+            job.cancel(check=False)
+        deadline = time.monotonic() + 60
+        while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise
+    return results
 
 
 def _outcome(folder, job) -> RunResult:
