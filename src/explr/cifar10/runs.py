@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR, check_rescale_above
@@ -385,8 +386,7 @@ def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a metrics.jsonl that differs (deleted, left short by a kill, edited)
-    is rewritten from it."""
+    """A finished run as its checkpoint holds it (a metrics.jsonl that differs is rewritten from it)."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
@@ -401,8 +401,6 @@ _STOPPED = ((TrainingDiverged, Status.DIVERGED, "Lower --lr or check the data"),
 
 
 def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_after) -> RunResult:
-    from tqdm import tqdm
-
     config, out = run.config, run.folder
     history, start, elapsed, previous = [], 0, 0.0, {}
     if run.state is RunState.RESUME:
@@ -415,7 +413,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
                             arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
-               disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
+               disable=not progress, position=position, dynamic_ncols=True, unit="step", file=sys.stderr)
     status, message, epoch = Status.FINISHED, "", start
     try:
         write_manifest(out / MANIFEST, manifest)
