@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -32,9 +33,7 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
         raise ValueError("no runs: give at least one --schedule and --seed")
     if not JOBS.ok(jobs):
         raise ValueError(f"jobs (--jobs) must be {JOBS.rule()}; got {jobs!r}")
-    for c in configs:
-        c.validate()
-    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    dirs = [run_dir(out, c.validate().schedule, c.seed) for c in configs]
     if len(set(dirs)) != len(dirs):
         raise ValueError("two runs would share a folder: give each (schedule, seed) once")
     resolved = [resolved_settings(c, jobs, here=here) for c in configs]  # --device cuda without CUDA fails here
@@ -132,9 +131,8 @@ def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, sh
             arrays = CifarArrays(**{k: t.numpy() for k, t in shared[0].items()}, **shared[1]) if shared else None
             train_prepared(run, arrays, progress=progress, position=position)
         except (TrainingDiverged, RunError, DiskFull) as err:  # the parent reads the status from the exit code
-            result = RunResult.of_error(run.folder, err)
-            print(result.message, file=sys.stderr)
-            sys.exit(result.status.exit_code)
+            print(err, file=sys.stderr)
+            sys.exit(RunResult.of_error(run.folder, err).status.exit_code)
         except KeyboardInterrupt as err:
             sys.exit(exit_code(err))
 
@@ -142,10 +140,7 @@ def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, sh
 def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -> list[RunResult]:
     """Train ``runs`` in ``jobs`` spawned workers; at ``deadline`` the running ones are stopped (SIGTERM: each
     records "interrupted") and the rest not started; a Ctrl-C stops them all."""
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
-    ctx = mp.get_context("spawn")
+    ctx = multiprocessing.get_context("spawn")
     uses_cuda = any(torch.device(run.resolved["device"]).type == "cuda" and run.config.device in ("auto", "cuda")
                     for run in runs)
     gpus = worker_gpus(jobs) if uses_cuda else [None] * jobs
@@ -164,7 +159,7 @@ def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -
                 p.start()
                 running[p.sentinel] = (p, i, slot)
             left = None if deadline is None or stopped else max(0.0, deadline - time.time())
-            for sentinel in wait(list(running), timeout=left):
+            for sentinel in multiprocessing.connection.wait(list(running), timeout=left):
                 p, i, slot = running.pop(sentinel)
                 p.join()
                 codes[i] = p.exitcode
