@@ -148,9 +148,8 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.SGD(self.params, lr=self.schedule.first_lr, momentum=c.momentum,
                                          fused=self.device.type == "cuda")
-        # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
         self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=rescale_limit(c), model=self.model,
-                                   check_invariance=False)
+                                   check_invariance=False)  # invariant by construction (validate() sees to it)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
             self.model, mode=None if c.compile == "default" else c.compile)

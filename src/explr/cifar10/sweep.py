@@ -226,8 +226,7 @@ def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
     """A job sees only the GPUs it asks for: ``--device cuda[:N]`` needs ``gpus_per_run`` > N (one ``ValueError``
     line otherwise).  Whether the node has them is the job's check, not the submitting host's."""
     for c in configs:
-        c.validate()
-        if c.device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
+        if c.validate().device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
             raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
                              f"(--gpus-per-run); give --gpus-per-run {int(c.device[5:] or 0) + 1} or more")
 
