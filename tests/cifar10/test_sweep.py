@@ -18,7 +18,7 @@ import torch
 from explr.cifar10 import config, load_runs, run_many, sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv, resolved_settings
-from explr.cifar10.data import CifarArrays
+from explr.cifar10.data import CifarArrays, make_synthetic
 from explr.cifar10.runs import TrainingDiverged
 from explr.cifar10.files import DiskFull, RunState, Status, lock_holder
 from explr.cifar10.runfolder import read_metrics
@@ -84,7 +84,14 @@ def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batc
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
-# ----------------------------------------------------------------------------- workers: processes, checks first
+# ----------------------------------------------------------------------------- workers: shared data, checks first
+def test_workers_get_the_parents_data_through_shared_memory():
+    arrays = make_synthetic(n_train=50, n_test=20, seed=4)
+    tensors, meta = sweep.share_arrays(arrays)
+    assert all(t.is_shared() for t in tensors.values())
+    got = CifarArrays(**{k: t.numpy() for k, t in tensors.items()}, **meta)  # what a worker makes of them
+    assert got.sha256 == arrays.sha256 and got.describe() == arrays.describe()
+    np.testing.assert_array_equal(got.x_train, arrays.x_train)
 
 
 @pytest.mark.slow  # separate processes (spawn: each imports torch)
