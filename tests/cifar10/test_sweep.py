@@ -331,7 +331,10 @@ def test_options_the_chosen_launcher_would_ignore_are_refused():
 
 
 def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
+    def no_sbatch(cmd, **kwargs):  # not a SLURM cluster
+        raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+    monkeypatch.setattr(sweep.subprocess, "run", no_sbatch)
     with pytest.raises(SystemExit) as exc:
         main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
     err = capsys.readouterr().err
