@@ -268,7 +268,7 @@ def test_a_sweep_and_a_submitit_job_build_each_runs_schedule_and_scheduler_once(
     for c in configs:  # another process trained one epoch meanwhile: the folders are checked again, not rebuilt
         train_run(c, run_dir(tmp_path / "jobs", c.schedule, c.seed), arrays, progress=False, stop_after=1)
     _, runs = prepare(configs, tmp_path / "jobs", resume=True, progress=False)
-    assert [r.state for r in runs] == [RunState.RESUME] * 2
+    assert [r.check.state for r in runs] == [RunState.RESUME] * 2
     before = dict(built)
     results = [sweep.RunJob(run)() for run in runs]  # what a submitit job calls (it loads the data itself)
     assert [r.epochs_done for r in results] == [2, 2]
@@ -277,12 +277,12 @@ def test_a_sweep_and_a_submitit_job_build_each_runs_schedule_and_scheduler_once(
 
 def test_a_folder_that_changed_since_the_run_was_prepared_is_checked_again_under_the_lock(arrays, tmp_path):
     run = prepare_run(CONFIG, tmp_path, arrays)
-    assert run.state is RunState.NEW
+    assert run.check.state is RunState.NEW
     train_run(CONFIG, tmp_path, arrays, progress=False, stop_after=1)  # another process, after the preflight
     with pytest.raises(RunError, match="already holds a run; pass --resume"):
         train_prepared(run, arrays, progress=False)
     resumed = prepare_run(CONFIG, tmp_path, arrays, resume=True)
-    assert (resumed.state, resumed.check.epochs_done) == (RunState.RESUME, 1)
+    assert (resumed.check.state, resumed.check.epochs_done) == (RunState.RESUME, 1)
     train_run(CONFIG, tmp_path, arrays, progress=False, resume=True)
     result = train_prepared(resumed, arrays, progress=False)  # finished meanwhile: returned as it is
     assert (result.status, result.message, result.epochs_done) == (Status.FINISHED, "already finished", 2)

@@ -204,7 +204,7 @@ def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tm
     assert run["manifest"]["resolved"]["threads"] == 2
     configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
     _, checks = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
-    assert [c.state for c in checks] == [RunState.FINISHED, RunState.NEW]
+    assert [c.check.state for c in checks] == [RunState.FINISHED, RunState.NEW]
 
 
 # ----------------------------------------------------------------------------- a killed parent

@@ -210,7 +210,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self):
-        """(mean loss, accuracy) on the test set, eval mode (BN running statistics)."""
+        """(mean loss, accuracy) on the test set, in eval mode (BN running statistics; ``begin_epoch`` leaves it)."""
         self.model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -219,7 +219,6 @@ class Trainer:
                 out = self.forward(x)
             loss_sum += F.cross_entropy(out.to(self.acc_dtype), y, reduction="sum").to(torch.float64)
             correct += (out.argmax(1) == y).sum()
-        self.model.train()
         n = self.data.n_test
         return loss_sum.item() / n, correct.item() / n
 
@@ -270,7 +269,7 @@ class Trainer:
 @dataclass(frozen=True)
 class PreparedRun:
     """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
-    identity, the ``schedule`` it plays and what ``check`` found in its folder."""
+    identity, the ``schedule`` it plays, what ``check`` found in its folder (``check.state``: new, resume, finished)."""
 
     config: TrainConfig
     folder: Path
@@ -279,11 +278,6 @@ class PreparedRun:
     data: DataIdentity
     schedule: Schedule
     check: RunCheck
-
-    @property
-    def state(self) -> RunState:
-        """The folder's :class:`~explr.cifar10.files.RunState`: a new run, one to resume, or a finished one."""
-        return self.check.state
 
     def check_data(self, arrays: CifarArrays) -> None:
         """:class:`RunError` unless ``arrays`` are the data this run was prepared with."""
@@ -364,7 +358,8 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
     run.check_data(arrays)
-    trainer = None if run.state is RunState.FINISHED else _trainer(run, arrays, model)  # before anything is created
+    finished = run.check.state is RunState.FINISHED
+    trainer = None if finished else _trainer(run, arrays, model)  # built before anything is created
     with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         remove_leftovers(run.folder)
         check = check_run(c, run.folder, run.data, run.resume, run.resolved, holding_lock=True)
@@ -402,7 +397,7 @@ _STOPPED = ((TrainingDiverged, Status.DIVERGED, "Lower --lr or check the data"),
 def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_after) -> RunResult:
     config, out = run.config, run.folder
     history, start, elapsed, previous = [], 0, 0.0, {}
-    if run.state is RunState.RESUME:
+    if run.check.state is RunState.RESUME:
         previous = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
         saved = checkpoint_of(out, previous)
         trainer.load_state_dict(saved)

@@ -284,10 +284,9 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     check_gpus(configs, gpus_per_run)
     _, runs = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
     dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
-    results = [RunResult.of_error(d, run) if isinstance(run, RunLocked) else  # not submitted: held, or finished
-               dataclasses.replace(_folder_result(d), status=Status.FINISHED) if run.state is RunState.FINISHED else
-               None for d, run in zip(dirs, runs)]
-    todo = [i for i, r in enumerate(results) if r is None]
+    results = [RunResult.of_error(d, r) if isinstance(r, RunLocked) else None if r.check.state is not RunState.FINISHED
+               else dataclasses.replace(_folder_result(d), status=Status.FINISHED) for d, r in zip(dirs, runs)]
+    todo = [i for i, r in enumerate(results) if r is None]  # the others: held by a live process, or finished
     if not todo:
         return results
     if cluster == "slurm":
