@@ -101,13 +101,15 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
               "needs one)", file=sys.stderr)
     if pool > 1 or deadline is not None or log_file is not None:
         return _run_processes(runs, arrays, pool, progress, deadline, log_file)
-    results = []
-    for run in runs:
-        try:
-            results.append(train_prepared(run, arrays, progress=progress))
-        except (TrainingDiverged, RunError) as err:  # the sweep goes on with its other runs
-            results.append(RunResult.of_error(run.folder, err))
-    return results
+    return [_trained(run, arrays, progress=progress) for run in runs]  # DiskFull stops the sweep
+
+
+def _trained(run: PreparedRun, arrays, stops_run=(TrainingDiverged, RunError), **kwargs) -> RunResult:
+    """:func:`train_prepared`'s result, or that of the error among ``stops_run`` that stopped the run."""
+    try:
+        return train_prepared(run, arrays, **kwargs)
+    except stops_run as err:
+        return RunResult.of_error(run.folder, err)
 
 
 def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: tuple | None, parent: int,
@@ -129,12 +131,12 @@ def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, sh
     with handle_signals():
         try:
             arrays = CifarArrays(**{k: t.numpy() for k, t in shared[0].items()}, **shared[1]) if shared else None
-            train_prepared(run, arrays, progress=progress, position=position)
-        except (TrainingDiverged, RunError, DiskFull) as err:  # the parent reads the status from the exit code
-            print(err, file=sys.stderr)
-            sys.exit(RunResult.of_error(run.folder, err).status.exit_code)
+            result = _trained(run, arrays, (TrainingDiverged, RunError, DiskFull), progress=progress, position=position)
         except KeyboardInterrupt as err:
             sys.exit(exit_code(err))
+    if result.status.exit_code:  # the parent reads the status from the exit code, its line from here
+        print(result.message, file=sys.stderr)
+        sys.exit(result.status.exit_code)
 
 
 def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -> list[RunResult]:
@@ -240,12 +242,9 @@ class RunJob:
 
     def __call__(self) -> RunResult:
         c = self.run.config
-        try:
-            arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
-            here = dataclasses.replace(self.run, resolved=resolved_settings(c))  # checked again under the lock
-            return train_prepared(here, arrays, progress=False)
-        except (TrainingDiverged, RunError, DiskFull) as err:
-            return RunResult.of_error(self.run.folder, err)
+        arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
+        here = dataclasses.replace(self.run, resolved=resolved_settings(c))  # checked again under the lock
+        return _trained(here, arrays, (TrainingDiverged, RunError, DiskFull), progress=False)
 
     def checkpoint(self, *args, **kwargs):
         """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint."""
