@@ -358,8 +358,7 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
     run.check_data(arrays)
-    finished = run.check.state is RunState.FINISHED
-    trainer = None if finished else _trainer(run, arrays, model)  # built before anything is created
+    trainer = None if run.check.state is RunState.FINISHED else _trainer(run, arrays, model)  # before the lock
     with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
         remove_leftovers(run.folder)
         check = check_run(c, run.folder, run.data, run.resume, run.resolved, holding_lock=True)
@@ -413,7 +412,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         write_manifest(out / MANIFEST, manifest)
         write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
         for epoch in range(start, config.epochs):
-            t0, shown = time.perf_counter(), _progress(bar, epoch * S, history)
+            t0, shown = time.perf_counter(), partial(_progress, bar, epoch * S, history)
             sums = trainer.train_epoch(epoch, shown if progress else None)
             t1 = time.perf_counter()
             evaluation = trainer.evaluate()
@@ -448,10 +447,8 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
     return RunResult(out, status, len(history), message, history)
 
 
-def _progress(bar, first_step: int, history: list):
-    """The ``on_sync`` of an epoch: the bar advanced, the loss and accuracy so far, the last test accuracy."""
-    def on_sync(steps, loss_sum, correct, n):
-        bar.update(first_step + steps - bar.n)
-        test = {"test": f"{history[-1]['test_acc']:.3f}"} if history else {}
-        bar.set_postfix({"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}", **test}, refresh=False)
-    return on_sync
+def _progress(bar, first_step: int, history: list, steps: int, loss_sum: float, correct: int, n: int) -> None:
+    """An epoch's ``on_sync`` (its first three arguments bound): the bar, the loss and accuracy so far, the test's."""
+    bar.update(first_step + steps - bar.n)
+    test = {"test": f"{history[-1]['test_acc']:.3f}"} if history else {}
+    bar.set_postfix({"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}", **test}, refresh=False)
