@@ -330,13 +330,6 @@ class RunResult:
         """The last metrics row (``None`` before the first epoch finished)."""
         return self.metrics[-1] if self.metrics else None
 
-    @classmethod
-    def of_error(cls, folder, err: BaseException) -> "RunResult":
-        """The result of a run that ``err`` stopped: diverged, its folder taken by another process, or disk full."""
-        status = (Status.DIVERGED if isinstance(err, TrainingDiverged) else
-                  Status.DISK_FULL if isinstance(err, DiskFull) else Status.LOCKED)
-        return cls(Path(folder), status, None, str(err))
-
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:

@@ -105,11 +105,13 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
 
 
 def _trained(run: PreparedRun, arrays, stops_run=(TrainingDiverged, RunError), **kwargs) -> RunResult:
-    """:func:`train_prepared`'s result, or that of the error among ``stops_run`` that stopped the run."""
+    """:func:`train_prepared`'s result, or that of the error among ``stops_run`` that stopped the run: diverged, disk
+    full, or "locked" (its folder taken by another process)."""
     try:
         return train_prepared(run, arrays, **kwargs)
     except stops_run as err:
-        return RunResult.of_error(run.folder, err)
+        kinds = ((TrainingDiverged, Status.DIVERGED), (DiskFull, Status.DISK_FULL), (RunError, Status.LOCKED))
+        return RunResult(run.folder, next(s for kind, s in kinds if isinstance(err, kind)), None, str(err))
 
 
 def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: tuple | None, parent: int,
@@ -283,9 +285,13 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     check_gpus(configs, gpus_per_run)
     _, runs = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
     dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
-    results = [RunResult.of_error(d, r) if isinstance(r, RunLocked) else None if r.check.state is not RunState.FINISHED
-               else dataclasses.replace(_folder_result(d), status=Status.FINISHED) for d, r in zip(dirs, runs)]
-    todo = [i for i, r in enumerate(results) if r is None]  # the others: held by a live process, or finished
+    results = [None] * len(runs)  # those of the runs not submitted: held by a live process, or finished
+    for i, (d, r) in enumerate(zip(dirs, runs)):
+        if isinstance(r, RunLocked):
+            results[i] = RunResult(d, Status.LOCKED, None, str(r))
+        elif r.check.state is RunState.FINISHED:
+            results[i] = dataclasses.replace(_folder_result(d), status=Status.FINISHED)
+    todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results
     if cluster == "slurm":
