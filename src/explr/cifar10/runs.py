@@ -296,9 +296,8 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     if config.batch_size > data.n_train:
         raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {data.n_train} training images "
                          f"of {data.source}")
-    rescaled = "" if limit is None else f", --rescale-above {limit:g}"
     where = (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
-             f"{config.momentum:g}, --epochs {config.epochs}{rescaled})")
+             f"{config.momentum:g}, --epochs {config.epochs}{'' if limit is None else f', --rescale-above {limit:g}'})")
     try:
         schedule = played_schedule(config, data.n_train // config.batch_size)
     except ValueError as err:

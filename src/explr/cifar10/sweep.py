@@ -105,8 +105,7 @@ def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | N
 
 
 def _trained(run: PreparedRun, arrays, stops_run=(TrainingDiverged, RunError), **kwargs) -> RunResult:
-    """:func:`train_prepared`'s result, or that of the error among ``stops_run`` that stopped the run: diverged, disk
-    full, or "locked" (its folder taken by another process)."""
+    """:func:`train_prepared`'s result, or that of an error in ``stops_run``: diverged, disk full, "locked" (taken)."""
     try:
         return train_prepared(run, arrays, **kwargs)
     except stops_run as err:
@@ -142,8 +141,7 @@ def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, sh
 
 
 def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -> list[RunResult]:
-    """Train ``runs`` in ``jobs`` spawned workers; at ``deadline`` the running ones are stopped (SIGTERM: each
-    records "interrupted") and the rest not started; a Ctrl-C stops them all."""
+    """Train ``runs`` in ``jobs`` spawned workers, stopped (SIGTERM: "interrupted") at ``deadline`` or a Ctrl-C."""
     ctx = multiprocessing.get_context("spawn")
     uses_cuda = any(torch.device(run.resolved["device"]).type == "cuda" and run.config.device in ("auto", "cuda")
                     for run in runs)
@@ -211,8 +209,7 @@ def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
 def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
                    wait: bool = True, timeout_min: int | None = None) -> None:
-    """Refuse, in one ``ValueError`` line, options the chosen launcher would ignore (``cluster`` and
-    ``timeout_min`` are ``None`` where not given)."""
+    """Refuse, in one ``ValueError`` line, options the chosen launcher would ignore (``None``: not given)."""
     if launcher == "submitit" and jobs != 1:
         raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, and the "
                          "cluster decides how many run at once")
@@ -227,8 +224,8 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, 
 
 
 def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
-    """A job sees only the GPUs it asks for: ``--device cuda[:N]`` needs ``gpus_per_run`` > N (one ``ValueError``
-    line otherwise).  Whether the node has them is the job's check, not the submitting host's."""
+    """``--device cuda[:N]`` needs ``gpus_per_run`` > N: a job sees only the GPUs it asks for (whether it has them: its
+    node's check).  One ``ValueError`` line otherwise."""
     for c in configs:
         if c.validate().device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
             raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
