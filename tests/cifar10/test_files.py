@@ -114,7 +114,7 @@ class TestHostileLocks:
 
     def test_a_disk_full_when_the_pid_is_written_is_one_line_exit_6_and_the_same_command_then_trains(
             self, npz, tmp_path, capsys, monkeypatch):
-        def full(fd, data, offset):
+        def full(*_):  # os.pwrite(fd, data, offset)
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(os, "pwrite", full)

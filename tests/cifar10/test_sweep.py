@@ -22,7 +22,7 @@ from explr.cifar10.data import CifarArrays, make_synthetic
 from explr.cifar10.runs import TrainingDiverged
 from explr.cifar10.files import DiskFull, RunState, Status, lock_holder
 from explr.cifar10.runfolder import read_metrics
-from explr.cifar10.sweep import attach_arrays, check_launcher, prepare, share_arrays
+from explr.cifar10.sweep import check_launcher, prepare
 
 from cifar10_helpers import (
     CLI_TINY, TINY, _cli, _wait_for_epochs, alive, fails_in_one_line, reproducible,
@@ -84,21 +84,14 @@ def test_the_sweep_decodes_with_the_progress_setting_and_checks_the_largest_batc
 CLI_TWO_EPOCHS = [*CLI_TINY, "--epochs", "2"]
 
 
-# ----------------------------------------------------------------------------- workers: shared data, processes, checks first
-
-
+# ----------------------------------------------------------------------------- workers: shared data, checks first
 def test_workers_get_the_parents_data_through_shared_memory():
     arrays = make_synthetic(n_train=50, n_test=20, seed=4)
-    shm, handle = share_arrays(arrays)
-    try:
-        got, view = attach_arrays(handle)
-        assert got.sha256 == arrays.sha256 and got.describe() == arrays.describe()
-        np.testing.assert_array_equal(got.x_train, arrays.x_train)
-        del got
-        view.close()
-    finally:
-        shm.close()
-        shm.unlink()
+    tensors, meta = sweep.share_arrays(arrays)
+    assert all(t.is_shared() for t in tensors.values())
+    got = CifarArrays(**{k: t.numpy() for k, t in tensors.items()}, **meta)  # what a worker makes of them
+    assert got.sha256 == arrays.sha256 and got.describe() == arrays.describe()
+    np.testing.assert_array_equal(got.x_train, arrays.x_train)
 
 
 @pytest.mark.slow  # separate processes (spawn: each imports torch)
@@ -152,8 +145,8 @@ def manifest_of(folder, status, message="the worker's own line"):
     (None, None, Status.NOT_STARTED, ""),  # never started, or stopped by the pool itself
     (Status.FINISHED, 0, Status.FINISHED, "own"), (Status.INTERRUPTED, 0, Status.INTERRUPTED, "own"),  # stop_after
     (Status.DIVERGED, 3, Status.DIVERGED, "own"),
-    (Status.FINISHED, 4, Status.LOCKED, "taken by another process"),  # another process's run
-    (Status.DISK_FULL, 6, Status.DISK_FULL, "own"), (Status.RUNNING, 6, Status.DISK_FULL, "the disk filled up"),
+    (Status.FINISHED, 4, Status.LOCKED, "exited with code 4 (locked)"),  # another process's run
+    (Status.DISK_FULL, 6, Status.DISK_FULL, "own"), (Status.RUNNING, 6, Status.DISK_FULL, "code 6 (disk full)"),
     (Status.INTERRUPTED, 143, Status.INTERRUPTED, "own"),  # a signal the worker caught and recorded
     (Status.RUNNING, -9, Status.FAILED, "exited with code -9"), (None, 1, Status.FAILED, "exited with code 1")])
 def test_a_workers_exit_code_says_what_its_run_folder_cannot(recorded, code, status, message, tmp_path):
@@ -161,7 +154,7 @@ def test_a_workers_exit_code_says_what_its_run_folder_cannot(recorded, code, sta
     unless the code says locked, disk full or failed and the folder says otherwise."""
     if recorded is not None:
         manifest_of(tmp_path / "run", recorded)
-    r = sweep._pool_result(tmp_path / "run", code)
+    r = sweep._folder_result(tmp_path / "run", code)
     assert r.status is status and message in r.message, r
 
 
@@ -210,8 +203,8 @@ def test_the_default_threads_depend_on_jobs_not_on_the_runs_of_the_sweep(npz, tm
     (run,) = load_runs(tmp_path)
     assert run["manifest"]["resolved"]["threads"] == 2
     configs = [TrainConfig(**default_threads, schedule=s, data=npz) for s in ("step", "texp")]
-    _, checks, _ = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
-    assert [c.state for c in checks] == [RunState.FINISHED, RunState.NEW]
+    _, checks = prepare(configs, tmp_path, resume=True, jobs=2, progress=False)  # refused before the fix
+    assert [c.check.state for c in checks] == [RunState.FINISHED, RunState.NEW]
 
 
 # ----------------------------------------------------------------------------- a killed parent
@@ -338,7 +331,10 @@ def test_options_the_chosen_launcher_would_ignore_are_refused():
 
 
 def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # no sbatch, no srun: not a SLURM cluster
+    def no_sbatch(cmd, **kwargs):  # not a SLURM cluster
+        raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+    monkeypatch.setattr(sweep.subprocess, "run", no_sbatch)
     with pytest.raises(SystemExit) as exc:
         main(["--data", "synthetic", "--out", str(tmp_path / "o"), *CLI_TWO_EPOCHS, "--launcher", "submitit"])
     err = capsys.readouterr().err
@@ -355,8 +351,9 @@ def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, stat
     def stopped(*args, **kwargs):
         raise err
 
-    monkeypatch.setattr(sweep, "train_on_node", stopped)
-    r = sweep.RunJob(SimpleNamespace(folder=tmp_path / "seed0"))()
+    monkeypatch.setattr(sweep, "train_prepared", stopped)
+    monkeypatch.setattr(sweep, "load_cifar10", lambda *args, **kwargs: None)
+    r = sweep.RunJob(sweep.prepare_run(TrainConfig(**TINY).validate(), tmp_path / "seed0", tiny_arrays()))()
     assert (r.status, r.message, r.status.exit_code) == (status, str(err), status.exit_code)
 
 

@@ -1,24 +1,23 @@
-"""One run: the hot loop (:class:`Trainer`; :class:`DeviceData`, the dataset on the device with its sampler) and the
-run trained into its folder (:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`, :class:`RunResult`).
-
-The sampler crops a random 32×32 window of the zero-padded 40×40 image and flips it with probability ½ (He et al.
-2016), epoch ``e``'s randomness from ``(seed, e)`` alone.  The exponential schedules play through
-:class:`~explr.lr_scheduler.PerStepLR`, rescaling (θ, v, lr) → (cθ, v/c, c²lr) (Li & Arora 2020, Lemma 2.6).
+"""One run: the hot loop (:class:`Trainer`), the on-device sampler (:class:`DeviceData`: a random 32×32 crop of the
+zero-padded image, flipped with probability ½, He et al. 2016; epoch ``e``'s from ``(seed, e)`` alone) and the run
+trained into its folder (:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`, :class:`RunResult`).  The
+exponential schedules play through :class:`~explr.lr_scheduler.PerStepLR` (Li & Arora 2020, Lemma 2.6).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from ..invariance import flat_norm
 from ..lr_scheduler import PerStepLR, check_rescale_above
@@ -28,12 +27,10 @@ from ..schedules import Schedule
 from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
 from .data import CifarArrays, DataIdentity, load_cifar10
-from .files import DiskFull, RunError, RunLock, RunLocked, RunState, Status, remove_leftovers, signal_name, write_file
-from .runfolder import (
-    CHECKPOINT, EpochMetrics, MANIFEST, METRICS, MetricsRow, RunCheck, TIMING_KEYS, check_run,
-    checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics, record_end,
-    record_epoch, serialize_checkpoint, write_manifest, write_metrics,
-)
+from .files import DiskFull, RunError, RunLock, RunState, Status, remove_leftovers, signal_name, write_file
+from .runfolder import (CHECKPOINT, EpochMetrics, MANIFEST, METRICS, MetricsRow, RunCheck, TIMING_KEYS, check_run,
+                        checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics,
+                        record_end, record_epoch, serialize_checkpoint, write_manifest, write_metrics)
 
 
 # ----------------------------------------------------------------------------- on-device sampler
@@ -49,14 +46,9 @@ class EpochPlan:
     batch_size: int
 
 
-def _epoch_seed(seed: int, epoch: int) -> int:
-    return int(np.random.SeedSequence([int(seed), int(epoch), 0xC1FA]).generate_state(1, np.uint64)[0] >> 1)
-
-
 class DeviceData:
     """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
-    per-channel statistics) as ``(B, 3, H, W)``, channels_last unless ``channels_last=False``, in ``dtype``.  An epoch
-    is ``n_train // batch_size`` full batches (the rest of the permutation is skipped)."""
+    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``; an epoch is ``n_train // batch_size`` full batches."""
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True):
@@ -70,17 +62,15 @@ class DeviceData:
         self._scale = torch.tensor(1.0 / (255.0 * self.std), dtype=dtype, device=self.device)
         self._shift = torch.tensor(-self.mean / self.std, dtype=dtype, device=self.device)
         self.hp, self.wp = self.h + 2 * pad, self.w + 2 * pad
-        padded = np.zeros((self.n_train, self.hp, self.wp, self.c), dtype=np.uint8)
-        padded[:, pad:pad + self.h, pad:pad + self.w] = x
+        padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))  # zeros around each image
         self._train = torch.from_numpy(padded).to(self.device).reshape(-1, self.c)  # one row per padded pixel
         self._y_train = torch.from_numpy(arrays.y_train).to(self.device)
         self._test = torch.from_numpy(np.ascontiguousarray(arrays.x_test)).to(self.device)
         self._y_test = torch.from_numpy(arrays.y_test).to(self.device)
         # pixel offsets inside one crop window of the padded store: rows (1, H, 1), columns (1, W)
-        ar_w = torch.arange(self.w, device=self.device)
         self._rows = (torch.arange(self.h, device=self.device) * self.wp).view(1, self.h, 1)
-        self._cols = ar_w.view(1, self.w)
-        self._cols_flipped = (self.w - 1 - ar_w).view(1, self.w)
+        self._cols = torch.arange(self.w, device=self.device).view(1, self.w)
+        self._cols_flipped = self._cols.flip(1)
 
     def steps_per_epoch(self, batch_size: int) -> int:
         if not (is_int(batch_size) and 1 <= batch_size <= self.n_train):
@@ -91,15 +81,12 @@ class DeviceData:
         """The permutation, crop offsets and flips of ``epoch``, drawn on the CPU from ``(seed, epoch)``."""
         steps = self.steps_per_epoch(batch_size)
         n = self.n_train
-        g = torch.Generator().manual_seed(_epoch_seed(seed, epoch))
+        seq = np.random.SeedSequence([int(seed), int(epoch), 0xC1FA])
+        g = torch.Generator().manual_seed(int(seq.generate_state(1, np.uint64)[0] >> 1))
         index = torch.randperm(n, generator=g)
-        if self.augment:
-            oy = torch.randint(0, 2 * self.pad + 1, (n,), generator=g)
-            ox = torch.randint(0, 2 * self.pad + 1, (n,), generator=g)
-            flip = torch.randint(0, 2, (n,), generator=g).bool()
-        else:
-            oy = ox = torch.full((n,), self.pad)
-            flip = torch.zeros(n, dtype=torch.bool)
+        low, high = (0, 2 * self.pad + 1) if self.augment else (self.pad, self.pad + 1)  # else: centred, not flipped
+        oy, ox = (torch.randint(low, high, (n,), generator=g) for _ in range(2))
+        flip = torch.randint(0, 1 + self.augment, (n,), generator=g).bool()
         base = index * (self.hp * self.wp) + oy * self.wp + ox
         dev = self.device
         return EpochPlan(epoch, index.to(dev), base.to(dev), flip.view(n, 1).to(dev), steps, batch_size)
@@ -131,32 +118,17 @@ class TrainingDiverged(RuntimeError):
     """The training loss became non-finite or exploded, or the weights non-finite; the last good checkpoint is kept."""
 
 
-@dataclass
-class EpochState:
-    """One epoch in progress: its index, its plan (order, crops, flips) and the on-device metric sums."""
-
-    epoch: int
-    plan: EpochPlan
-    loss_sum: torch.Tensor
-    correct: torch.Tensor
-
-
-def _exp(log_value: float) -> float | None:
-    """e^x as a float, or None (JSON null) where it exceeds float64."""
-    return math.exp(log_value) if log_value < 709.0 else None
-
-
-def _ldexp(x: float, exponent: int) -> float | None:
+def _finite(fn, *args) -> float | None:
+    """``fn(*args)`` (``math.exp``, ``math.ldexp``), or None (JSON null) where it exceeds float64."""
     try:
-        return math.ldexp(x, exponent)
+        return fn(*args)
     except OverflowError:
         return None
 
 
 class Trainer:
-    """Model, optimizer, scheduler and device data of one run (a validated ``config``); ``train_epoch`` is the hot
-    loop.  ``device``, ``precision``, ``schedule``: as a :class:`PreparedRun` resolved them, else from ``config``;
-    ``model``: a network instead of ``config``'s PreResNet (scale invariant for the exponential schedules)."""
+    """Model, optimizer, scheduler and device data of one run; ``train_epoch`` is the hot loop.  ``device``,
+    ``precision``, ``schedule``: a :class:`PreparedRun`'s, else from ``config``; ``model``: instead of its PreResNet."""
 
     def __init__(self, config: TrainConfig, arrays: CifarArrays, device: torch.device | None = None, *,
                  precision: str | None = None, schedule: Schedule | None = None,
@@ -165,52 +137,43 @@ class Trainer:
         self.device = device if device is not None else resolve_device(c.device)
         self.precision = precision if precision is not None else resolve_precision(c.precision, self.device)
         dtype = param_dtype(self.precision)
-        if self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick the fastest convolutions
+        torch.backends.cudnn.benchmark |= self.device.type == "cuda"  # fixed shapes: cuDNN picks the fastest kernels
         self.data = DeviceData(arrays, self.device, dtype=dtype, channels_last=c.channels_last, augment=c.augment)
         self.steps_per_epoch = self.data.steps_per_epoch(c.batch_size)
         #: what the scheduler plays (``.log_lr``: ln of the schedule's lr, beyond float64's range if need be)
         self.schedule = schedule if schedule is not None else played_schedule(c, self.steps_per_epoch)
-        limit = rescale_limit(c)
-        if model is None:
-            model = PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
-        self.model = model.to(dtype)
-        if c.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        self.model.to(self.device)
+        model = model if model is not None else PreResNet(c.depth, invariant=c.invariant, eps=c.bn_eps, seed=c.seed)
+        layout = torch.channels_last if c.channels_last else torch.preserve_format
+        self.model = model.to(self.device, dtype, memory_format=layout)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        kwargs = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = torch.optim.SGD(self.params, lr=self.schedule.first_lr, momentum=c.momentum, **kwargs)
-        # the network is scale invariant by construction (validate() refuses exponential + --no-invariant)
-        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=limit, model=self.model,
-                                   check_invariance=False)
+        self.optimizer = torch.optim.SGD(self.params, lr=self.schedule.first_lr, momentum=c.momentum,
+                                         fused=self.device.type == "cuda")
+        self.scheduler = PerStepLR(self.optimizer, self.schedule, rescale_above=rescale_limit(c), model=self.model,
+                                   check_invariance=False)  # invariant by construction (validate() sees to it)
         self.initial_loss = None  # mean training loss of the first log_every steps (divergence reference)
         self.forward = self.model if c.compile == "none" else torch.compile(
             self.model, mode=None if c.compile == "default" else c.compile)
-        if self.precision == "bf16":
-            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
-        else:
-            self.autocast = contextlib.nullcontext
+        bf16 = partial(torch.autocast, self.device.type, dtype=torch.bfloat16)
+        self.autocast = bf16 if self.precision == "bf16" else contextlib.nullcontext
         self.acc_dtype = torch.float64 if self.precision == "fp64" else torch.float32
 
     def train_epoch(self, epoch: int, on_sync=None):
-        """Train one epoch; returns (loss_sum, correct, n).  ``on_sync(done_steps, loss_sum, correct, n)`` is called
-        every ``log_every`` steps (the only host syncs but the last); divergence raises :class:`TrainingDiverged`."""
-        state = self.begin_epoch(epoch)
-        self.run_steps(state, 0, state.plan.steps, on_sync)
-        return self.end_epoch(state)
+        """Train one epoch (its pieces apart: for benchmarks); returns (loss_sum, correct, n).  ``on_sync(steps,
+        loss_sum, correct, n)``: every ``log_every`` steps (the only host syncs but the last)."""
+        plan = self.begin_epoch(epoch)
+        self.run_steps(plan, 0, plan.steps, on_sync)
+        return self.end_epoch(plan)
 
-    def begin_epoch(self, epoch: int) -> EpochState:
-        """The epoch's plan (order, crops, flips) and zeroed on-device metric sums."""
+    def begin_epoch(self, epoch: int) -> EpochPlan:
+        """The epoch's plan; the on-device metric sums zeroed."""
         self.model.train()
-        return EpochState(epoch, self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size),
-                          torch.zeros((), dtype=self.acc_dtype, device=self.device),
-                          torch.zeros((), dtype=torch.int64, device=self.device))
+        self._loss_sum = torch.zeros((), dtype=self.acc_dtype, device=self.device)
+        self._correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        return self.data.epoch_plan(self.config.seed, epoch, self.config.batch_size)
 
-    def run_steps(self, state: EpochState, start: int, stop: int, on_sync=None) -> None:
-        """Steps ``start..stop-1`` of the epoch in ``state``: the hot loop, no host sync except every log_every."""
-        c, data, plan = self.config, self.data, state.plan
-        loss_sum, correct = state.loss_sum, state.correct
+    def run_steps(self, plan: EpochPlan, start: int, stop: int, on_sync=None) -> None:
+        """Steps ``start..stop-1`` of ``plan``'s epoch: the hot loop, no host sync but every ``log_every`` steps."""
+        c, data, loss_sum, correct = self.config, self.data, self._loss_sum, self._correct
         forward, opt, scheduler = self.forward, self.optimizer, self.scheduler
         for k in range(start, stop):
             x, y = data.train_batch(plan, k)
@@ -225,7 +188,7 @@ class Trainer:
             correct += (out.detach().argmax(1) == y).sum()
             if (k + 1) % c.log_every == 0 and k + 1 < plan.steps:
                 loss_now = loss_sum.item()
-                self.check_loss(loss_now / (k + 1), f"epoch {state.epoch + 1} (by step {k + 1} of {plan.steps})")
+                self.check_loss(loss_now / (k + 1), f"epoch {plan.epoch + 1} (by step {k + 1} of {plan.steps})")
                 if on_sync is not None:
                     on_sync(k + 1, loss_now, correct.item(), (k + 1) * c.batch_size)
 
@@ -239,16 +202,15 @@ class Trainer:
             raise TrainingDiverged(f"the training loss exploded in {where}: mean {mean_loss:.3g}, more than "
                                    f"{EXPLODED:g} x the initial {self.initial_loss:.3g}")
 
-    def end_epoch(self, state: EpochState):
+    def end_epoch(self, plan: EpochPlan):
         """(loss_sum, correct, n) of the epoch: the one host sync at its end."""
-        plan = state.plan
-        loss_total, correct_total = state.loss_sum.item(), state.correct.item()
-        self.check_loss(loss_total / plan.steps, f"epoch {state.epoch + 1}")
+        loss_total, correct_total = self._loss_sum.item(), self._correct.item()
+        self.check_loss(loss_total / plan.steps, f"epoch {plan.epoch + 1}")
         return loss_total, correct_total, plan.steps * plan.batch_size
 
     @torch.no_grad()
     def evaluate(self):
-        """(mean loss, accuracy) on the test set, eval mode (BN running statistics)."""
+        """(mean loss, accuracy) on the test set, in eval mode (BN running statistics; ``begin_epoch`` leaves it)."""
         self.model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -257,13 +219,8 @@ class Trainer:
                 out = self.forward(x)
             loss_sum += F.cross_entropy(out.to(self.acc_dtype), y, reduction="sum").to(torch.float64)
             correct += (out.argmax(1) == y).sum()
-        self.model.train()
         n = self.data.n_test
         return loss_sum.item() / n, correct.item() / n
-
-    def norms(self) -> float:
-        """‖θ_opt‖: the norm of the trainable parameters as the optimizer holds them (after rescalings)."""
-        return flat_norm(self.params).item()
 
     def epoch_metrics(self, epoch: int, sums, evaluation) -> EpochMetrics:
         """A finished epoch's numbers: losses, accuracies, the schedule's lr (``None`` beyond float64; ``log_lr``),
@@ -271,14 +228,14 @@ class Trainer:
         Non-finite weights or test loss raise :class:`TrainingDiverged`."""
         (loss_sum, correct, n), (test_loss, test_acc) = sums, evaluation
         S, sched = self.steps_per_epoch, self.scheduler
-        norm_opt = self.norms()
+        norm_opt = flat_norm(self.params).item()  # ‖θ_opt‖: the weights as the optimizer holds them
         if not math.isfinite(norm_opt) or not math.isfinite(test_loss):
             raise TrainingDiverged(f"non-finite weights or test loss after epoch {epoch + 1}")
         log_lr = float(self.schedule.log_lr[(epoch + 1) * S - 1])
-        lr_sched = _exp(log_lr)
+        lr_sched = _finite(math.exp, log_lr)
         lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
                   else math.exp(log_lr + sched.log2_rescale * math.log(2)))
-        norm = _ldexp(norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
+        norm = _finite(math.ldexp, norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
         return EpochMetrics(
             epoch=epoch + 1, step=(epoch + 1) * S, train_loss=loss_sum / S, train_acc=correct / n,
             test_loss=test_loss, test_acc=test_acc, lr=lr_sched, log_lr=log_lr, lr_opt=lr_opt,
@@ -287,14 +244,13 @@ class Trainer:
         )
 
     def describe(self) -> dict:
-        """What this trainer resolved: device, precision, steps, milestones, threads, the schedule's lr range
-    (``None`` beyond float64) and the data's normalisation."""
+        """What this trainer resolved, as the manifest records it (an lr beyond float64: ``None``)."""
         c, S, log_lr = self.config, self.steps_per_epoch, self.schedule.log_lr
+        first, last, top = (_finite(math.exp, float(v)) for v in (log_lr[0], log_lr[-1], log_lr.max()))
         return {
             "device": str(self.device), "precision": self.precision, "steps_per_epoch": S,
             "total_steps": S * c.epochs, "milestones": c.milestones(), "threads": torch.get_num_threads(),
-            "lr_schedule": {"first": _exp(log_lr[0]), "last": _exp(log_lr[-1]), "max": _exp(log_lr.max()),
-                            "log_max": float(log_lr.max())},
+            "lr_schedule": {"first": first, "last": last, "max": top, "log_max": float(log_lr.max())},
             "normalisation": {"mean": self.data.mean.tolist(), "std": self.data.std.tolist()},
         }
 
@@ -313,7 +269,7 @@ class Trainer:
 @dataclass(frozen=True)
 class PreparedRun:
     """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
-    identity, the ``schedule`` it plays, what ``check`` found in its folder and the files as checked (``seen``)."""
+    identity, the ``schedule`` it plays, what ``check`` found in its folder (``check.state``: new, resume, finished)."""
 
     config: TrainConfig
     folder: Path
@@ -322,102 +278,37 @@ class PreparedRun:
     data: DataIdentity
     schedule: Schedule
     check: RunCheck
-    seen: tuple  # the run files as checked (folder_files)
-
-    @property
-    def state(self) -> RunState:
-        """The folder's :class:`~explr.cifar10.files.RunState`: a new run, one to resume, or a finished one."""
-        return self.check.state
-
-    @property
-    def note(self) -> str:
-        """A line worth showing (a stale lock), or ``""``."""
-        return self.check.note
 
     def check_data(self, arrays: CifarArrays) -> None:
-        """:class:`RunError` unless ``arrays`` are the data this run was prepared with (a worker that loaded its
-        own)."""
+        """:class:`RunError` unless ``arrays`` are the data this run was prepared with."""
         if arrays.sha256 != self.data.sha256:
             raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
                            f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
 
-    def resolved_here(self) -> PreparedRun:
-        """This run with device, precision and threads resolved on this machine (a cluster job's node), checked:
-        playable in that precision, a resume with the same ones.  ``ValueError`` or :class:`RunError` otherwise."""
-        resolved = resolved_settings(self.config)
-        if resolved == self.resolved:
-            return self
-        _check_playable(self.config, self.schedule, resolved, _describe(self.config))
-        seen = folder_files(self.folder)
-        check = check_run(self.config, self.folder, self.data, self.resume, resolved)
-        return dataclasses.replace(self, resolved=resolved, check=check, seen=seen)
-
-    def confirmed(self) -> PreparedRun:
-        """This run, its folder checked again (:func:`~explr.cifar10.runfolder.check_run`, by a caller holding its
-        lock) only if the folder's files differ from those checked.  :class:`RunError` if they no longer pass."""
-        now = folder_files(self.folder)
-        if now == self.seen:
-            return self
-        check = check_run(self.config, self.folder, self.data, self.resume, self.resolved, holding_lock=True)
-        return dataclasses.replace(self, check=check, seen=now)
-
-
-def folder_files(folder: Path) -> tuple:
-    """The run files of ``folder`` as (name, inode, size, mtime in ns; an atomic rewrite is a new inode)."""
-    seen = []
-    for name in (MANIFEST, CHECKPOINT, METRICS):
-        try:
-            st = os.stat(folder / name)
-        except OSError:
-            continue
-        seen.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(seen)
-
 
 def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
                 resolved: dict | None = None) -> PreparedRun:
-    """``config``'s run into ``folder``, validated, its schedule built, its folder checked; writes nothing.
-    ``resolved``: :func:`~explr.cifar10.config.resolved_settings` (of ``jobs`` runs at a time) where the caller has
-    them.  ``ValueError`` (naming the flag) for a schedule that cannot be played, :class:`RunError` for the folder."""
+    """``config``'s run into ``folder``: validated, its schedule built, its folder checked, its settings ``resolved``
+    (for ``jobs`` runs at a time, if not given); writes nothing.  ``ValueError`` or :class:`RunError` in one line."""
     config.validate()
     resolved = resolved if resolved is not None else resolved_settings(config, jobs)
-    folder, data = Path(folder), arrays.identity
-    where = _describe(config)
-    schedule = _built_schedule(config, data, where)
-    seen = folder_files(folder)  # before the check: a change during it is seen under the lock
-    check = check_run(config, folder, data, resume, resolved)  # a resume's other settings first
-    _check_playable(config, schedule, resolved, where)
-    return PreparedRun(config, folder, resume, resolved, data, schedule, check, seen)
-
-
-def _describe(config: TrainConfig) -> str:
-    """The run and its schedule's flags, for the lines that refuse them."""
-    limit = rescale_limit(config)
-    rescaled = "" if limit is None else f", --rescale-above {limit:g}"
-    return (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
-            f"{config.momentum:g}, --epochs {config.epochs}{rescaled})")
-
-
-def _built_schedule(config: TrainConfig, data: DataIdentity, where: str) -> Schedule:
-    """``config``'s schedule built for the real number of steps, once; one ``ValueError`` line otherwise."""
+    folder, data, limit = Path(folder), arrays.identity, rescale_limit(config)
     if config.batch_size > data.n_train:
         raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {data.n_train} training images "
                          f"of {data.source}")
+    where = (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
+             f"{config.momentum:g}, --epochs {config.epochs}{'' if limit is None else f', --rescale-above {limit:g}'})")
     try:
-        return played_schedule(config, data.n_train // config.batch_size)
+        schedule = played_schedule(config, data.n_train // config.batch_size)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
-
-
-def _check_playable(config: TrainConfig, schedule: Schedule, resolved: dict, where: str) -> None:
-    """An exponential schedule's ``rescale_above`` against its first lr and the weights' dtype (PerStepLR's rule)."""
-    limit = rescale_limit(config)
-    if limit is None:
-        return
+    check = check_run(config, folder, data, resume, resolved)  # a resume's other settings first
     try:  # lr[0] is exactly what PerStepLR plays (np.ldexp of its mantissa and exponent)
-        check_rescale_above(limit, float(schedule.lr[0]), param_dtype(resolved["precision"]))
+        if limit is not None:
+            check_rescale_above(limit, float(schedule.lr[0]), param_dtype(resolved["precision"]))
     except ValueError as err:
         raise ValueError(f"{where} cannot be played: {err}") from None
+    return PreparedRun(config, folder, resume, resolved, data, schedule, check)
 
 
 # ----------------------------------------------------------------------------- a full run
@@ -438,27 +329,11 @@ class RunResult:
         """The last metrics row (``None`` before the first epoch finished)."""
         return self.metrics[-1] if self.metrics else None
 
-    @classmethod
-    def of_error(cls, folder, err: BaseException) -> "RunResult":
-        """The result of a run that ``err`` stopped: :class:`TrainingDiverged`, :class:`RunError` (another process
-        took its folder after the sweep's checks) or :class:`DiskFull`."""
-        if isinstance(err, TrainingDiverged):
-            return cls(Path(folder), Status.DIVERGED, None, str(err))
-        if isinstance(err, RunError):
-            message = str(err) if isinstance(err, RunLocked) else f"taken meanwhile by another process: {err}"
-            return cls(Path(folder), Status.LOCKED, None, message)
-        return cls(Path(folder), Status.DISK_FULL, None, str(err))  # DiskFull
-
-
-#: the errors after which a sweep goes on with its other runs (:meth:`RunResult.of_error` says what became of one).
-SWEEP_GOES_ON = (TrainingDiverged, RunError)
-
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
-    """Train one run into the folder ``out`` (created): :func:`prepare_run` (a bad folder raises :class:`RunError`
-    before anything is written), then :func:`train_prepared`.  ``resume=True`` continues from ``out``'s checkpoint
-    if there is one (a finished run is returned as is)."""
+    """Train one run into the folder ``out``: :func:`prepare_run`, then :func:`train_prepared`.  ``resume=True``
+    continues from ``out``'s checkpoint if there is one (a finished run is returned as it is)."""
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
@@ -469,37 +344,34 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
     """Train the prepared ``run`` on ``arrays`` (its data; loaded if ``None``): the trainer built, then the lock
-    taken, a killed writer's temporary files removed, the folder checked again if it changed.  ``stop_after=k``:
-    stop after epoch k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal and a full disk keep
-    the last epoch's checkpoint and record the status in the manifest."""
+    taken, a killed writer's temporary files removed, the folder checked again.  ``stop_after=k``: stop after epoch
+    k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal, a full disk: recorded, then raised."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
     run.check_data(arrays)
-    trainer = None if run.state is RunState.FINISHED else _trainer(run, arrays, model)  # before anything is created
-    with RunLock(run.folder) as lock:  # creates the folder (and removes it again if the lock cannot be taken)
+    trainer = None if run.check.state is RunState.FINISHED else _trainer(run, arrays, model)  # before the lock
+    with RunLock(run.folder) as lock:  # creates the folder
         remove_leftovers(run.folder)
-        run = run.confirmed()
+        check = check_run(c, run.folder, run.data, run.resume, run.resolved, holding_lock=True)
         if lock.stale_pid:
             print(f"{run.folder}: stale lock of process {lock.stale_pid} (killed?); continuing from its last "
                   "checkpoint", file=sys.stderr)
-        if run.state is RunState.FINISHED:
+        if check.state is RunState.FINISHED:
             return _finished(run.folder)
         trainer = trainer or _trainer(run, arrays, model)
-        return _train(run, arrays, trainer, progress, position, stop_after)
+        return _train(dataclasses.replace(run, check=check), arrays, trainer, progress, position, stop_after)
 
 
 def _trainer(run: PreparedRun, arrays: CifarArrays, model) -> Trainer:
     """The run's trainer, with the threads, device, precision and schedule the run resolved and built."""
-    resolved = run.resolved
-    torch.set_num_threads(resolved["threads"])
-    return Trainer(run.config, arrays, torch.device(resolved["device"]), precision=resolved["precision"],
+    torch.set_num_threads(run.resolved["threads"])
+    return Trainer(run.config, arrays, torch.device(run.resolved["device"]), precision=run.resolved["precision"],
                    schedule=run.schedule, model=model)
 
 
 def _finished(out: Path) -> RunResult:
-    """A finished run as its checkpoint holds it; a metrics.jsonl that differs (deleted, left short by a kill, edited)
-    is rewritten from it."""
+    """A finished run as its checkpoint holds it (a metrics.jsonl that differs is rewritten from it)."""
     manifest = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     saved = checkpoint_of(out, manifest)
     if not (out / METRICS).exists() or read_metrics(out / METRICS) != saved["metrics"]:
@@ -507,89 +379,68 @@ def _finished(out: Path) -> RunResult:
     return RunResult(out, Status.FINISHED, saved["epoch"], "already finished", saved["metrics"])
 
 
-def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_after) -> RunResult:
-    from tqdm import tqdm
+#: what ends a run early: its status in the manifest and the remedy its message ends with
+_STOPPED = ((TrainingDiverged, Status.DIVERGED, "Lower --lr or check the data"),
+            (KeyboardInterrupt, Status.INTERRUPTED, "--resume continues the run"),
+            (DiskFull, Status.DISK_FULL, "free space and rerun with --resume"))
 
-    config, out, resolved = run.config, run.folder, run.resolved
-    ckpt_path, manifest_path = out / CHECKPOINT, out / MANIFEST
+
+def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_after) -> RunResult:
+    config, out = run.config, run.folder
     history, start, elapsed, previous = [], 0, 0.0, {}
-    if run.state is RunState.RESUME:
-        previous = read_manifest(manifest_path) if manifest_path.exists() else {}
+    if run.check.state is RunState.RESUME:
+        previous = read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
         saved = checkpoint_of(out, previous)
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
     record = config_record(config)
-    manifest = new_manifest(previous, record, trainer.describe(), trainer.device,
-                            device_name(trainer.device), arrays.describe(), start, elapsed)
+    manifest = new_manifest(previous, record, trainer.describe(), trainer.device, device_name(trainer.device),
+                            arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
-               disable=not progress, position=position, leave=True, dynamic_ncols=True, unit="step", file=sys.stderr)
+               disable=not progress, position=position, dynamic_ncols=True, unit="step", file=sys.stderr)
     status, message, epoch = Status.FINISHED, "", start
     try:
-        write_manifest(manifest_path, manifest)
+        write_manifest(out / MANIFEST, manifest)
         write_metrics(out / METRICS, history)  # the checkpoint's history is authoritative
         for epoch in range(start, config.epochs):
-            t0 = time.perf_counter()
-            sums = trainer.train_epoch(epoch, _progress(bar, epoch * S, history) if progress else None)
+            t0, shown = time.perf_counter(), partial(_progress, bar, epoch * S, history)
+            sums = trainer.train_epoch(epoch, shown if progress else None)
             t1 = time.perf_counter()
             evaluation = trainer.evaluate()
             t2 = time.perf_counter()
             timings = (t2 - t0, t1 - t0, t2 - t1, sums[2] / (t1 - t0))
             row = MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
             elapsed += time.perf_counter() - t0
-            state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record,
-                                     resolved, arrays.sha256, elapsed)
-            digest = _save_checkpoint(out, manifest, state)
+            state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record, run.resolved,
+                                     arrays.sha256, elapsed)
+            data, digest = serialize_checkpoint(state)
+            manifest["checkpoint_sha256_writing"] = digest  # first: a kill between the writes leaves either accepted
+            write_manifest(out / MANIFEST, manifest)
+            write_file(out / CHECKPOINT, lambda f, data=data: f.write(data))
             history.append(row)
             write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
-            record_epoch(manifest_path, manifest, digest, epoch + 1, elapsed)
-            bar.update((epoch + 1) * S - bar.n)
-            bar.set_postfix({"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_acc']:.3f}",
-                             "test": f"{row['test_acc']:.3f}"})
+            record_epoch(out / MANIFEST, manifest, digest, epoch + 1, elapsed)
+            shown(S, *sums)  # the epoch's loss and accuracies
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
                 status, message = Status.INTERRUPTED, f"stopped after epoch {epoch + 1} (stop_after)"
                 break
-    except TrainingDiverged as err:
-        done = len(history)
-        kept = f"epoch {done}) is kept in {ckpt_path}" if done else f"none: no epoch finished) is kept in {out}"
-        message = f"{err}; stopped. The last good checkpoint ({kept}. Lower --lr or check the data."
-        record_end(manifest_path, manifest, Status.DIVERGED, message, elapsed, history)
-        raise TrainingDiverged(message) from None
-    except KeyboardInterrupt as err:
-        message = (f"interrupted by {signal_name(err)} in epoch {epoch + 1}; the checkpoint of epoch {len(history)} "
-                   "is kept, --resume continues from it")
-        record_end(manifest_path, manifest, Status.INTERRUPTED, message, elapsed, history)
+    except (TrainingDiverged, KeyboardInterrupt, DiskFull) as err:  # the message says what stopped it, what is kept
+        status, remedy = next((s, r) for kind, s, r in _STOPPED if isinstance(err, kind))
+        why = f"interrupted by {signal_name(err)} in epoch {epoch + 1}" if status is Status.INTERRUPTED else str(err)
+        kept = f"the checkpoint of epoch {len(history)} is kept" if history else "no epoch was saved yet"
+        err.args = (f"{why}; {kept}; {remedy}",)
+        with contextlib.suppress(DiskFull, OSError):  # a full disk may refuse the manifest too: it stays "running"
+            record_end(out / MANIFEST, manifest, status, str(err), elapsed, history)
         raise
-    except DiskFull as err:
-        kept = f"the checkpoint of epoch {len(history)} is intact" if history else "no epoch was saved yet"
-        message = f"disk full while writing {err.path}; {kept}; free space and rerun with --resume"
-        try:  # the manifest may not fit either: then it stays "running", which load_runs reads as interrupted
-            record_end(manifest_path, manifest, Status.DISK_FULL, message, elapsed, history)
-        except (DiskFull, OSError):
-            pass
-        raise DiskFull(err.path, message) from None
     finally:
         bar.close()
-    record_end(manifest_path, manifest, status, message, elapsed, history)
+    record_end(out / MANIFEST, manifest, status, message, elapsed, history)
     return RunResult(out, status, len(history), message, history)
 
 
-def _save_checkpoint(out: Path, manifest: dict, state: dict) -> str:
-    """Write ``state`` as the checkpoint; returns its sha256, which the manifest records first as the one being
-    written: a process killed between the writes leaves a manifest that accepts whichever checkpoint is there."""
-    data, digest = serialize_checkpoint(state)
-    manifest["checkpoint_sha256_writing"] = digest
-    write_manifest(out / MANIFEST, manifest)
-    write_file(out / CHECKPOINT, lambda f: f.write(data))
-    return digest
-
-
-def _progress(bar, first_step: int, history: list):
-    """The ``on_sync`` callback of an epoch: advance the bar, show running loss/accuracy and the last test acc."""
-    def on_sync(steps, loss_sum, correct, n):
-        bar.update(first_step + steps - bar.n)
-        post = {"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}"}
-        if history:
-            post["test"] = f"{history[-1]['test_acc']:.3f}"
-        bar.set_postfix(post, refresh=False)
-    return on_sync
+def _progress(bar, first_step: int, history: list, steps: int, loss_sum: float, correct: int, n: int) -> None:
+    """An epoch's ``on_sync`` (its first three arguments bound): the bar, the loss and accuracy so far, the test's."""
+    bar.update(first_step + steps - bar.n)
+    test = {"test": f"{history[-1]['test_acc']:.3f}"} if history else {}
+    bar.set_postfix({"loss": f"{loss_sum / steps:.3f}", "acc": f"{correct / n:.3f}", **test}, refresh=False)

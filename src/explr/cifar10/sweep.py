@@ -1,11 +1,12 @@
-"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in a pool of worker processes
-(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G, the data in shared memory) or as submitit jobs
-(:func:`submit`: each job resolves its device, precision and threads on its own node, and SLURM's requeue resumes
-it from its last checkpoint).
+"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in worker processes
+(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G) or as submitit jobs (:func:`submit`: each resolves its
+device, precision and threads on its own node; SLURM's requeue resumes it from its last checkpoint).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -14,49 +15,40 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .config import JOBS, TrainConfig, resolved_settings, worker_gpus, workers
 from .data import CifarArrays, load_cifar10
 from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, handle_signals
 from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
-from .runs import PreparedRun, RunResult, SWEEP_GOES_ON, prepare_run, train_prepared
+from .runs import PreparedRun, RunResult, TrainingDiverged, prepare_run, train_prepared
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False, here: bool = True) -> list[dict]:
-    """The checks of :func:`prepare` that need no data (made before it is loaded): ``jobs``, every config, one
-    folder per run, the device, that ``out`` is writable, every existing run folder
-    (:func:`~explr.cifar10.runfolder.check_folder`; with ``skip_locked`` a held one is left to :func:`prepare`).
-    Returns each config's resolved settings (``here=False``: left to the node that trains).  Creates nothing."""
+    """The checks of :func:`prepare` that need no data (a held folder, with ``skip_locked``, is left to it); returns
+    each config's resolved settings (``here=False``: left to the node that trains).  Creates nothing."""
     if not configs:
         raise ValueError("no runs: give at least one --schedule and --seed")
     if not JOBS.ok(jobs):
         raise ValueError(f"jobs (--jobs) must be {JOBS.rule()}; got {jobs!r}")
-    for c in configs:
-        c.validate()
-    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    dirs = [run_dir(out, c.validate().schedule, c.seed) for c in configs]
     if len(set(dirs)) != len(dirs):
         raise ValueError("two runs would share a folder: give each (schedule, seed) once")
     resolved = [resolved_settings(c, jobs, here=here) for c in configs]  # --device cuda without CUDA fails here
     check_writable(out)
     for d in dirs:
-        try:
+        with contextlib.suppress(*([RunLocked] if skip_locked else [])):
             check_folder(d, resume)
-        except RunLocked:
-            if not skip_locked:
-                raise
     return resolved
 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
-    """Check every run of the sweep; returns ``(arrays, runs, notes)`` and creates nothing.  ``arrays``: the data
-    in memory (else loaded once, the largest batch checked first); ``runs``: each config's
-    :class:`~explr.cifar10.runs.PreparedRun` (with ``skip_locked``, the :class:`RunLocked` of a run a live process
-    holds); ``notes``: lines to show (stale locks); ``here=False``: see :func:`check_before_data`."""
+    """Check every run of the sweep and show its notes (stale locks); creates nothing.  Returns ``(arrays, runs)``:
+    the data (loaded once if not given), each config's :class:`~explr.cifar10.runs.PreparedRun` (with
+    ``skip_locked``, the :class:`RunLocked` of a run a live process holds)."""
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
@@ -73,7 +65,10 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
             if not skip_locked:
                 raise
             runs.append(err)
-    return arrays, runs, [r.note for r in runs if not isinstance(r, RunLocked) and r.note]
+    for run in runs:
+        if not isinstance(run, RunLocked) and run.check.note:
+            print(run.check.note, file=sys.stderr)
+    return arrays, runs
 
 
 # ----------------------------------------------------------------------------- several runs on this machine
@@ -81,39 +76,22 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
     """Train every config into ``run_dir(out, schedule, seed)``, up to ``jobs`` at once, all checked first
-    (:func:`~explr.cifar10.sweep.prepare`); one :class:`~explr.cifar10.runs.RunResult` per run, in order.
-
-    A diverged run, or one whose folder another process took meanwhile ("locked"), is reported and the others go
-    on; SIGINT or SIGTERM stops the sweep once the running runs recorded it.  At ``deadline`` (a ``time.time()``)
-    the running runs are stopped ("interrupted", resumable) and the rest stay "not started"; ``log_file``: each
-    run's output goes to that file in its folder.  Either trains every run in a worker process."""
-    arrays, runs = _prepare(configs, out, arrays, resume, jobs, progress)
-    return _train_all(runs, arrays, jobs, progress, deadline, log_file)
+    (:func:`prepare`); one :class:`~explr.cifar10.runs.RunResult` per run, in order.  A diverged or "locked" run
+    (taken meanwhile) is reported and the others go on.  At ``deadline`` (a ``time.time()``) running runs stop
+    ("interrupted") and the rest stay "not started"; ``log_file``: each run's output, in its folder."""
+    return run_plan({"": configs}, out, arrays=arrays, jobs=jobs, resume=resume, progress=progress,
+                    deadline=deadline, log_file=log_file)
 
 
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """:func:`run_many` of a plan (:func:`~explr.cifar10.config.experiment_plan`): experiment ``name``'s runs
-    into ``<out>/<name>/``, all checked (the data loaded once) before one pool of ``jobs`` trains them."""
+    """:func:`run_many` of a plan (:func:`~explr.cifar10.config.experiment_plan`): experiment ``name``'s runs into
+    ``<out>/<name>/``, all checked before one pool of ``jobs`` (the threads of each run's) trains them."""
     runs = []
     for name, group in plan.items():
-        arrays, prepared = _prepare(group, Path(out) / name, arrays, resume, jobs, progress)
+        arrays, prepared = prepare(group, Path(out) / name, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
         runs += prepared
-    return _train_all(runs, arrays, jobs, progress, deadline, log_file)
-
-
-def _prepare(configs, out, arrays, resume, jobs, progress) -> tuple[CifarArrays, list[PreparedRun]]:
-    """:func:`prepare`, its notes shown; returns the data and the prepared runs."""
-    arrays, runs, notes = prepare(configs, out, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
-    for note in notes:
-        print(note, file=sys.stderr)
-    return arrays, runs
-
-
-def _train_all(runs: list[PreparedRun], arrays, jobs, progress, deadline, log_file) -> list[RunResult]:
-    """Train the prepared runs here, one after another, or in a pool of :func:`~explr.cifar10.config.workers`;
-    each run's threads are those of ``jobs`` runs at a time, however many runs the sweep holds."""
     if not runs:
         return []
     devices = [torch.device(run.resolved["device"]) for run in runs]
@@ -121,37 +99,31 @@ def _train_all(runs: list[PreparedRun], arrays, jobs, progress, deadline, log_fi
     if pool < min(jobs, len(runs)):
         print(f"--jobs {jobs}: {pool} runs at a time, as many as the CPUs this process may use (each run on the CPU "
               "needs one)", file=sys.stderr)
-    if pool == 1 and deadline is None and log_file is None:
-        return [_run_here(run, arrays, progress) for run in runs]
-    return _run_processes(runs, arrays, pool, progress, deadline, log_file)
+    if pool > 1 or deadline is not None or log_file is not None:
+        return _run_processes(runs, arrays, pool, progress, deadline, log_file)
+    return [_trained(run, arrays, progress=progress) for run in runs]  # DiskFull stops the sweep
 
 
-def _run_here(run: PreparedRun, arrays, progress) -> RunResult:
+def _trained(run: PreparedRun, arrays, stops_run=(TrainingDiverged, RunError), **kwargs) -> RunResult:
+    """:func:`train_prepared`'s result, or that of an error in ``stops_run``: diverged, disk full, "locked" (taken)."""
     try:
-        return train_prepared(run, arrays, progress=progress)
-    except SWEEP_GOES_ON as err:
-        return RunResult.of_error(run.folder, err)
+        return train_prepared(run, arrays, **kwargs)
+    except stops_run as err:
+        kinds = ((TrainingDiverged, Status.DIVERGED), (DiskFull, Status.DISK_FULL), (RunError, Status.LOCKED))
+        return RunResult(run.folder, next(s for kind, s in kinds if isinstance(err, kind)), None, str(err))
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: the kernel sends SIGTERM to this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``)."""
-    if sys.platform.startswith("linux"):
+def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: tuple | None, parent: int,
+            log_file: str | None = None) -> None:
+    if sys.platform.startswith("linux"):  # the kernel sends SIGTERM to this process when its parent dies
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(128 + signal.SIGTERM)
-
-
-def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, shared: dict | None, parent: int,
-            log_file: str | None = None) -> None:
-    _die_with_parent(parent)
-    folder = run.folder
-    if log_file is not None:  # this run's output into its folder
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if log_file is not None:  # this run's output, the C libraries' too, into its folder
+        run.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run.folder / log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
@@ -159,42 +131,37 @@ def _worker(run: PreparedRun, progress: bool, position: int, gpu: str | None, sh
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA is initialised in this process
     with handle_signals():
         try:
-            arrays, shm = attach_arrays(shared) if shared else (None, None)
-            train_prepared(run, arrays, progress=progress, position=position)
-        except (*SWEEP_GOES_ON, DiskFull) as err:  # the parent reads the status from the exit code
-            result = RunResult.of_error(folder, err)
-            print(result.message, file=sys.stderr)
-            sys.exit(result.status.exit_code)
+            arrays = CifarArrays(**{k: t.numpy() for k, t in shared[0].items()}, **shared[1]) if shared else None
+            result = _trained(run, arrays, (TrainingDiverged, RunError, DiskFull), progress=progress, position=position)
         except KeyboardInterrupt as err:
             sys.exit(exit_code(err))
+    if result.status.exit_code:  # the parent reads the status from the exit code, its line from here
+        print(result.message, file=sys.stderr)
+        sys.exit(result.status.exit_code)
 
 
 def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -> list[RunResult]:
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
-    ctx = mp.get_context("spawn")
+    """Train ``runs`` in ``jobs`` spawned workers, stopped (SIGTERM: "interrupted") at ``deadline`` or a Ctrl-C."""
+    ctx = multiprocessing.get_context("spawn")
     uses_cuda = any(torch.device(run.resolved["device"]).type == "cuda" and run.config.device in ("auto", "cuda")
                     for run in runs)
     gpus = worker_gpus(jobs) if uses_cuda else [None] * jobs
-    shm, shared = share_arrays(arrays)
+    shared = share_arrays(arrays)
     pending, running, codes, free, stopped = list(range(len(runs))), {}, {}, list(range(jobs)), set()
     try:
         while pending or running:
-            if deadline is not None and time.time() >= deadline:
-                pending = []
-                for p, i, _ in running.values():
-                    if i not in stopped:
-                        stopped.add(i)
-                        p.terminate()  # SIGTERM: the worker records "interrupted" and exits
+            if deadline is not None and time.time() >= deadline and not stopped:
+                pending, stopped = [], {i for _, i, _ in running.values()}
+                for p, _, _ in running.values():
+                    p.terminate()
             while pending and free:
                 slot, i = free.pop(0), pending.pop(0)
                 p = ctx.Process(target=_worker, args=(runs[i], progress, slot, gpus[slot], shared, os.getpid(),
-                                                      log_file), daemon=False)
+                                                      log_file))
                 p.start()
                 running[p.sentinel] = (p, i, slot)
             left = None if deadline is None or stopped else max(0.0, deadline - time.time())
-            for sentinel in wait(list(running), timeout=left):
+            for sentinel in multiprocessing.connection.wait(list(running), timeout=left):
                 p, i, slot = running.pop(sentinel)
                 p.join()
                 codes[i] = p.exitcode
@@ -205,166 +172,97 @@ def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -
         for p, _, _ in running.values():
             p.join(timeout=120)
         raise
-    finally:
-        if shm is not None:
-            shm.close()
-            shm.unlink()
-    return [_pool_result(run.folder, codes[i] if i in codes and i not in stopped else None)
+    return [_folder_result(run.folder, codes[i] if i in codes and i not in stopped else None)
             for i, run in enumerate(runs)]
 
 
-def _folder_result(folder) -> RunResult:
-    """The result of a run as its manifest and metrics tell it (a run another process trained)."""
+def _folder_result(folder, code: int | None = None) -> RunResult:
+    """The result of a run another process trained, as its manifest and metrics tell it, unless its worker's exit
+    ``code`` says locked, disk full or failed and they do not (``None``: never started, or stopped)."""
     folder = Path(folder)
     try:
         m = read_manifest(folder / MANIFEST)
         rows = read_metrics(folder, drop_partial_last=True) if (folder / METRICS).exists() else []
+        r = RunResult(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
+                      m.get("message", ""), rows)
     except (OSError, RunError):
-        return RunResult(folder, Status.NOT_STARTED, 0)
-    return RunResult(folder, Status(m.get("status", Status.RUNNING)), m.get("epochs_done", len(rows)),
-                     m.get("message", ""), rows)
-
-
-#: what a worker's exit code says where its run folder cannot tell (:meth:`Status.from_exit_code`); any other
-#: status is the one its manifest records.
-_POOL_SAYS = {Status.LOCKED: "{folder} was taken by another process meanwhile; see the worker's line above",
-              Status.DISK_FULL: "{folder}: the disk filled up; see the worker's line above",
-              Status.FAILED: "worker exited with code {code}; see its output above"}
-
-
-def _pool_result(folder, code: int | None) -> RunResult:
-    """The result of the run a worker trained into ``folder``, as its folder tells it, unless the exit ``code``
-    says LOCKED, DISK_FULL or FAILED and the folder does not; ``code`` ``None``: never started, or stopped."""
-    r = _folder_result(folder)
+        r = RunResult(folder, Status.NOT_STARTED, 0)
     said = None if code is None else Status.from_exit_code(code)
-    if said in _POOL_SAYS and said is not r.status:
-        r = dataclasses.replace(r, status=said, message=_POOL_SAYS[said].format(folder=folder, code=code))
+    if said in (Status.LOCKED, Status.DISK_FULL, Status.FAILED) and said is not r.status:
+        return dataclasses.replace(r, status=said, message=f"{folder}: its worker exited with code {code} ({said}); "
+                                   "see its output above")
     return r
 
 
-# ----------------------------------------------------------------------------- the data in shared memory
-_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
-
-
-def share_arrays(arrays: CifarArrays):
-    """The four arrays copied into one shared-memory block: ``(shm, handle)`` for :func:`attach_arrays`, or
-    ``(None, None)`` when ``/dev/shm`` has no room (workers then load the data themselves)."""
-    from multiprocessing import shared_memory
-
-    parts = [np.ascontiguousarray(getattr(arrays, k)) for k in _ARRAYS]
-    size = sum(a.nbytes for a in parts)
-    try:
-        if shutil.disk_usage("/dev/shm").free < 2 * size:
-            return None, None
-    except OSError:
-        return None, None
-    shm = shared_memory.SharedMemory(create=True, size=size)
-    layout, offset = {}, 0
-    for k, a in zip(_ARRAYS, parts):
-        np.ndarray(a.shape, a.dtype, buffer=shm.buf, offset=offset)[...] = a
-        layout[k] = (offset, a.shape, a.dtype.str)
-        offset += a.nbytes
-    meta = {"source": arrays.source, "kind": arrays.kind, "files": dict(arrays.files), "sha256": arrays.sha256}
-    return shm, {"name": shm.name, "layout": layout, "meta": meta}
-
-
-def attach_arrays(handle: dict):
-    """The :class:`CifarArrays` of :func:`share_arrays`' block (no copy); keep the returned ``shm`` open while used."""
-    from multiprocessing import shared_memory
-
-    shm = shared_memory.SharedMemory(name=handle["name"])
-    views = {k: np.ndarray(shape, np.dtype(dtype), buffer=shm.buf, offset=offset)
-             for k, (offset, shape, dtype) in handle["layout"].items()}
-    return CifarArrays(**views, **handle["meta"]), shm
+def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
+    """The four arrays as tensors in shared memory (a spawned worker gets them without a copy), and the rest of
+    ``arrays``; ``None`` where ``/dev/shm`` has no room (each worker then loads the data itself)."""
+    names = ("x_train", "y_train", "x_test", "y_test")
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage("/dev/shm").free > 2 * sum(getattr(arrays, k).nbytes for k in names):
+            meta = {"source": arrays.source, "kind": arrays.kind, "files": dict(arrays.files), "sha256": arrays.sha256}
+            return {k: torch.tensor(getattr(arrays, k)).share_memory_() for k in names}, meta
+    return None
 
 
 # ----------------------------------------------------------------------------- a cluster, through submitit
 def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
                    wait: bool = True, timeout_min: int | None = None) -> None:
-    """Refuse, in one ``ValueError`` line, options the chosen launcher would ignore (``cluster`` and
-    ``timeout_min`` are ``None`` where not given)."""
-    if launcher == "submitit":
-        if jobs != 1:
-            raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, "
-                             "and the cluster decides how many run at once")
-        if cluster == "local" and (partition or account):
-            raise ValueError("--partition and --account are SLURM's: they mean nothing with --cluster local")
-        return
-    given = [flag for flag, value in (("--cluster", cluster is not None), ("--partition", partition),
-                                      ("--account", account), ("--gpus-per-run", gpus_per_run),
-                                      ("--cpus-per-run", cpus_per_run), ("--time", timeout_min is not None),
-                                      ("--no-wait", not wait)) if value]
-    if given:
-        raise ValueError(f"{', '.join(given)} only apply to --launcher submitit (this sweep trains here)")
+    """Refuse, in one ``ValueError`` line, options the chosen launcher would ignore (``None``: not given)."""
+    if launcher == "submitit" and jobs != 1:
+        raise ValueError("--jobs is for --launcher local: with --launcher submitit every run is its own job, and the "
+                         "cluster decides how many run at once")
+    if launcher == "submitit" and cluster == "local" and (partition or account):
+        raise ValueError("--partition and --account are SLURM's: they mean nothing with --cluster local")
+    given = {"--cluster": cluster is not None, "--partition": partition, "--account": account,
+             "--gpus-per-run": gpus_per_run, "--cpus-per-run": cpus_per_run, "--time": timeout_min is not None,
+             "--no-wait": not wait}
+    if launcher != "submitit" and any(given.values()):
+        raise ValueError(f"{', '.join(f for f, v in given.items() if v)} only apply to --launcher submitit (this "
+                         "sweep trains here)")
 
 
 def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
-    """A job sees only the GPUs it asks for: ``--device cuda[:N]`` needs ``gpus_per_run`` > N (one ``ValueError``
-    line otherwise).  Whether the node has them is the job's check, not the submitting host's."""
+    """``--device cuda[:N]`` needs ``gpus_per_run`` > N: a job sees only the GPUs it asks for (whether it has them: its
+    node's check).  One ``ValueError`` line otherwise."""
     for c in configs:
-        c.validate()
-        if c.device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
+        if c.validate().device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
             raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
                              f"(--gpus-per-run); give --gpus-per-run {int(c.device[5:] or 0) + 1} or more")
 
 
-def train_on_node(run: PreparedRun) -> RunResult:
-    """Train ``run``, prepared on the submitting host, on this node: the data loaded here (and checked to be the one
-    it was prepared with), its device, precision and CPU threads this node's
-    (:meth:`~explr.cifar10.runs.PreparedRun.resolved_here`)."""
-    c = run.config
-    arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
-    run.check_data(arrays)
-    return train_prepared(run.resolved_here(), arrays, progress=False)
-
-
+@dataclasses.dataclass
 class RunJob:
-    """One prepared run (:class:`~explr.cifar10.runs.PreparedRun`) as a submitit job: trains (or resumes) it on
-    its node (:func:`train_on_node`), a run a full disk stopped included (its result says "disk full", as the local
-    pool's does); ``checkpoint`` requeues it with ``resume=True``."""
+    """A prepared run as a submitit job: trained on its node, with the data loaded and the device, precision and
+    threads resolved there (a stopped run: its result's status); ``checkpoint`` requeues it resuming."""
 
-    def __init__(self, run: PreparedRun):
-        self.run = run
+    run: PreparedRun
 
     def __call__(self) -> RunResult:
-        try:
-            return train_on_node(self.run)
-        except (*SWEEP_GOES_ON, DiskFull) as err:
-            return RunResult.of_error(self.run.folder, err)
+        c = self.run.config
+        arrays = load_cifar10(c.data, c.data_root, progress=False, batch_size=c.batch_size)
+        here = dataclasses.replace(self.run, resolved=resolved_settings(c))  # checked again under the lock
+        return _trained(here, arrays, (TrainingDiverged, RunError, DiskFull), progress=False)
 
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint (its
-        folder changed since it was prepared, so it is checked again under the lock)."""
+        """Called by submitit on preemption or timeout: the same run again, resuming from its last checkpoint."""
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(RunJob(dataclasses.replace(self.run, resume=True)))
 
 
-def _slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run) -> list[str]:
-    flags = [f"--time={timeout_min}"]
-    for name, value in (("partition", partition), ("account", account), ("gpus-per-node", gpus_per_run),
-                        ("cpus-per-task", cpus_per_run)):
-        if value:
-            flags.append(f"--{name}={value}")
-    return flags
-
-
 def check_slurm(flags: list[str]) -> None:
     """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted); no
     ``sbatch``, an unknown partition or account, or resources the cluster lacks is one ``ValueError`` line."""
-    if not shutil.which("sbatch"):
-        raise ValueError("--cluster slurm: there is no sbatch on this machine (not a SLURM cluster?); "
-                         "--cluster local runs the jobs here")
     try:
-        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True,
-                           timeout=60)
-    except subprocess.TimeoutExpired:
-        raise ValueError("--cluster slurm: sbatch --test-only did not answer within 60 s") from None
+        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:  # no sbatch (not a SLURM cluster?), or no answer
+        raise ValueError(f"--cluster slurm: sbatch failed ({err}); --cluster local runs the jobs here") from None
     if r.returncode != 0:
         lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
-        reason = (errors or lines or [f"exit code {r.returncode}"])[0]
+        lines = lines or [f"exit code {r.returncode}"]
+        reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
         raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
 
 
@@ -372,11 +270,9 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
            folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
            account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
     """Check the sweep (:func:`prepare`, but for what the node resolves), then submit each run as one job of a
-    submitit job array (``cluster``: ``"slurm"``, or ``"local"``: subprocesses here; on SLURM the request is
-    checked first, :func:`check_slurm`).  ``folder``: submitit's files (default ``<out>/.submitit``).  With
-    ``resume``, finished runs and runs a live process holds ("locked") are not submitted.  ``wait=True`` returns
-    one :class:`~explr.cifar10.runs.RunResult` per run when every job ended, else at once with each ``job_id``
-    (status "submitted").  SIGINT or SIGTERM while waiting cancels local jobs; SLURM jobs keep running."""
+    submitit job array on ``cluster`` (``"slurm"``, or ``"local"``: processes here); ``folder``: submitit's files.
+    Finished runs and runs a live process holds ("locked") are not submitted.  One :class:`RunResult` per run once
+    every job ended, or, ``wait=False``, at once with its ``job_id``.  A Ctrl-C while waiting cancels local jobs."""
     try:
         import submitit
     except ImportError:
@@ -384,98 +280,80 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
                          "requirements.txt)") from None
     check_launcher("submitit", cluster=cluster, partition=partition, account=account)
     check_gpus(configs, gpus_per_run)
-    _, runs, notes = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
-    for note in notes:
-        print(note, file=sys.stderr)
-    dirs = [str(run_dir(out, c.schedule, c.seed)) for c in configs]
-    results = [_skipped(d, run) for d, run in zip(dirs, runs)]
+    _, runs = prepare(configs, out, resume=resume, skip_locked=True, progress=False, here=False)
+    dirs = [run_dir(out, c.schedule, c.seed) for c in configs]
+    results = [None] * len(runs)  # those of the runs not submitted: held by a live process, or finished
+    for i, (d, r) in enumerate(zip(dirs, runs)):
+        if isinstance(r, RunLocked):
+            results[i] = RunResult(d, Status.LOCKED, None, str(r))
+        elif r.check.state is RunState.FINISHED:
+            results[i] = dataclasses.replace(_folder_result(d), status=Status.FINISHED)
     todo = [i for i, r in enumerate(results) if r is None]
-    jobs = {}
-    if todo:
-        if cluster == "slurm":
-            check_slurm(_slurm_flags(partition, account, timeout_min, gpus_per_run, cpus_per_run))
-        try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
-            executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
-        except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
-            raise ValueError(f"--cluster {cluster}: {err}") from None
-        params = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_run, "name": "explr-cifar10"}
-        if cpus_per_run:
-            params["cpus_per_task"] = cpus_per_run
-        if cluster == "slurm":
-            params.update({k: v for k, v in (("slurm_partition", partition), ("slurm_account", account)) if v})
-        executor.update_parameters(**params)
-        with executor.batch():
-            submitted = [executor.submit(RunJob(runs[i])) for i in todo]
-        jobs = dict(zip(todo, submitted))
+    if not todo:
+        return results
+    if cluster == "slurm":
+        asked = {"time": timeout_min, "partition": partition, "account": account, "gpus-per-node": gpus_per_run,
+                 "cpus-per-task": cpus_per_run}
+        check_slurm([f"--{name}={value}" for name, value in asked.items() if value])
+    try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
+        executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
+    except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
+        raise ValueError(f"--cluster {cluster}: {err}") from None
+    slurm = {"slurm_partition": partition, "slurm_account": account} if cluster == "slurm" else {}
+    executor.update_parameters(timeout_min=timeout_min, gpus_per_node=gpus_per_run, name="explr-cifar10", **slurm,
+                               **({"cpus_per_task": cpus_per_run} if cpus_per_run else {}))
+    with executor.batch():
+        jobs = dict(zip(todo, [executor.submit(RunJob(runs[i])) for i in todo]))
     if not wait:
-        return [r or RunResult(Path(dirs[i]), Status.SUBMITTED, job_id=jobs[i].job_id) for i, r in enumerate(results)]
-    for i, r in _wait_for(jobs, dirs, cluster).items():
-        results[i] = r
-    return results
+        return [r or RunResult(dirs[i], Status.SUBMITTED, job_id=jobs[i].job_id) for i, r in enumerate(results)]
+    ended = _wait_for(jobs, dirs, cluster)
+    return [r or ended[i] for i, r in enumerate(results)]
 
 
-def _skipped(folder: str, run) -> RunResult | None:
-    """The result of a run that :func:`submit` does not submit (finished, or held by a live process), else None."""
-    if isinstance(run, RunLocked):
-        return RunResult.of_error(folder, run)
-    if run.state is RunState.FINISHED:
-        return dataclasses.replace(_folder_result(folder), status=Status.FINISHED)
-    return None
-
-
-def _wait_for(jobs: dict, dirs: list[str], cluster: str) -> dict:
+def _wait_for(jobs: dict, dirs: list, cluster: str) -> dict:
     """{index: result} of every job once all ended: it wrote its result, or ``job.done()`` (``sacct``'s state)
     sees it ended without one (status "failed"); without ``sacct`` only the result files end the wait."""
-    pending, results = dict(jobs), {}
-    sees_deaths = not pending or cluster == "local" or _sacct_answers(next(iter(pending.values())).job_id)
+    pending, results, why = dict(jobs), {}, ""
+    if cluster == "slurm":  # does SLURM's accounting answer for the jobs?
+        try:
+            r = subprocess.run(["sacct", "-n", "-X", "-j", jobs[min(jobs)].job_id], capture_output=True, text=True,
+                               timeout=60)
+            why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
+        except (OSError, subprocess.TimeoutExpired) as err:
+            why = str(err)
+    if why:
+        print(f"sacct does not answer ({why}): a job killed before it writes its result (scancel, a node failure) "
+              "is not seen, and the wait ends when every job has written one (Ctrl-C stops waiting)", file=sys.stderr)
     try:
         while pending:
             for i, job in list(pending.items()):
-                if job.paths.result_pickle.exists() or (sees_deaths and job.done()):
+                if job.paths.result_pickle.exists() or (not why and job.done()):
                     results[i] = _outcome(dirs[i], pending.pop(i))
             time.sleep(1 if pending else 0)
     except KeyboardInterrupt:
-        if cluster == "local":  # the jobs are processes of this machine: they end with this one
-            for job in pending.values():
-                job.cancel(check=False)
-            deadline = time.monotonic() + 60
-            while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        else:
+        if cluster != "local":
             print(f"the SLURM jobs keep running; scancel {' '.join(j.job_id for j in pending.values())} stops them",
                   file=sys.stderr)
+            raise
+        for job in pending.values():  # the jobs are processes of this machine: they end with this one
+            job.cancel(check=False)
+        deadline = time.monotonic() + 60
+        while any(not job.done() for job in pending.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
         raise
     return results
 
 
-def _sacct_answers(job_id: str) -> bool:
-    """Whether SLURM's accounting (``sacct``) answers for ``job_id``; if not, one line says what is not seen."""
-    try:
-        r = subprocess.run(["sacct", "-n", "-X", "-j", job_id], capture_output=True, text=True, timeout=60)
-        why = "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[0]
-    except (OSError, subprocess.TimeoutExpired) as err:
-        why = str(err)
-    if why:
-        print(f"sacct does not answer ({why}): a job killed before it writes its result (scancel, a node failure) "
-              "is not seen, and the wait ends when every job has written one (Ctrl-C stops waiting)", file=sys.stderr)
-    return not why
-
-
-def _outcome(folder: str, job) -> RunResult:
+def _outcome(folder, job) -> RunResult:
+    """The job's result; a job that failed (its traceback's last line) or ended without one is "failed"."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
         return job.result()
-    except UncompletedJobError as err:  # failed (submitit re-raises its error with the job's traceback), or killed
-        message = (f"job {job.job_id}: {_last_error_line(str(err)) or type(err).__name__}"
-                   if isinstance(err, FailedJobError) else
-                   f"job {job.job_id} ended ({job.state}) without a result; its log: {job.paths.stderr}")
+    except FailedJobError as err:  # submitit's message: the job's traceback between two dashed lines, then log paths
+        parts = str(err).split("-" * 22)
+        lines = (parts[1] if len(parts) >= 3 else str(err)).strip().splitlines()
+        message = f"job {job.job_id}: {lines[-1].strip() if lines else type(err).__name__}"
+    except UncompletedJobError:  # killed
+        message = f"job {job.job_id} ended ({job.state}) without a result; its log: {job.paths.stderr}"
     return RunResult(Path(folder), Status.FAILED, None, message)
-
-
-def _last_error_line(text: str) -> str:
-    """The last line of the job's traceback inside submitit's error message (which ends with log paths)."""
-    parts = text.split("-" * 22)
-    trace = parts[1] if len(parts) >= 3 else text
-    lines = [line.strip() for line in trace.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
