@@ -207,7 +207,11 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
 
 class Terminated(KeyboardInterrupt):
-    """A signal of :data:`STOPPING`, its number the argument, arrived (raised by :func:`handle_signals`)."""
+    """A signal of :data:`STOPPING` arrived (raised by :func:`handle_signals`); ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 @contextlib.contextmanager
@@ -232,7 +236,7 @@ def exit_code(err: KeyboardInterrupt | DiskFull) -> int:
     """The exit code of a process ``err`` ended: 6 for a full disk, else 128 + the signal's number (SIGINT: 130)."""
     if isinstance(err, DiskFull):
         return Status.DISK_FULL.exit_code
-    return 128 + (err.args[0] if isinstance(err, Terminated) else signal.SIGINT)
+    return 128 + getattr(err, "signum", signal.SIGINT)  # a plain KeyboardInterrupt: ^C
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
