@@ -53,8 +53,8 @@ Engine API used (names exported by :mod:`explr.cifar10`): ``TrainConfig``, ``run
 ``load_runs``, ``RunError``, ``RunResult``, ``Status``, ``make_synthetic`` (dry run), ``train_run`` and ``run_dir``
 (the dry run's interrupted run); the command line's parts: :mod:`explr.cifar10.config` (``CommandLineParser``,
 ``add_config_arguments``, ``JOBS``), :func:`explr.cifar10.sweep.check_before_data` and
-:func:`explr.cifar10.files.handle_signals`; a run folder's record: :func:`explr.cifar10.runfolder.read_manifest`,
-:func:`explr.cifar10.files.write_file` (atomic) and :func:`explr.cifar10.files.lock_holder`.
+:func:`explr.cifar10.runfolder.handle_signals`; a run folder's record: :func:`explr.cifar10.runfolder.read_manifest`,
+:func:`explr.cifar10.runfolder.write_file` (atomic) and :func:`explr.cifar10.runfolder.lock_holder`.
 
 Bad input is one line on stderr and exit code 2, with nothing created: the flags (by the engine's rules:
 ``--data``, ``--data-root`` and ``--device`` are :class:`~explr.cifar10.TrainConfig`'s, ``--jobs`` the CLI's), a
@@ -91,7 +91,7 @@ from explr.book.stats import complete_seeds, count_by_arm
 from explr.cifar10 import (RunError, RunResult, Status, TrainConfig, load_cifar10, load_runs, make_synthetic, run_dir,
                            run_plan, train_run)
 from explr.cifar10.config import FOLDER, JOBS, MAX_JOBS, CommandLineParser, add_config_arguments, argument_type
-from explr.cifar10.files import DiskFull, exit_code, handle_signals, lock_holder, signal_name, write_file
+from explr.cifar10.runfolder import DiskFull, exit_code, handle_signals, lock_holder, signal_name, write_file
 from explr.cifar10.runfolder import MANIFEST, read_manifest
 from explr.cifar10.sweep import check_before_data
 from explr.params import Int, Text

@@ -38,7 +38,7 @@ import torch
 from explr.book.twins import PAIRS, PRECISIONS, RUNS, TwinSettings, run_unit, summarise
 from explr.cifar10.data import DataError, load_npz
 from explr.cifar10.config import CommandLineParser, TrainConfig, argument_type, default_decay_epochs
-from explr.cifar10.files import atomic_write, exit_code, handle_signals, signal_name
+from explr.cifar10.runfolder import atomic_write, exit_code, handle_signals, signal_name
 from explr.models import PreResNet
 from explr.params import MAX_SEED, Float, Int
 

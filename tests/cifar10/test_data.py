@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explr.cifar10 import data, files
+from explr.cifar10 import data, runfolder
 from explr.cifar10.data import (
     CLASSES, CifarArrays, DataError, download_cifar10, load_cifar10, load_image_folder,
     load_npz, make_synthetic, read_cifar_batches,
@@ -522,7 +522,7 @@ def test_an_unwritable_cache_folder_is_one_line_and_holds_nothing(tree, tmp_path
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
     # as root, a chmod would not stop the writes: the temporary file's open fails as on a read-only mount
-    monkeypatch.setattr(files, "open", read_only, raising=False)
+    monkeypatch.setattr(runfolder, "open", read_only, raising=False)
     with pytest.raises(DataError, match=r"cannot write the cache at .*\(Read-only file system\)"):
         load_image_folder(tree, cache_dir=tmp_path / "cache", progress=False)
     assert list((tmp_path / "cache").iterdir()) == []

@@ -126,7 +126,7 @@ def test_options_the_launcher_would_ignore_are_refused(npz, tmp_path, capsys, ex
 def test_the_report_names_runs_not_submitted_and_maps_a_full_disk_to_its_exit_code(capsys):
     from explr.cifar10.__main__ import _report
     from explr.cifar10.runs import RunResult
-    from explr.cifar10.files import Status
+    from explr.cifar10.runfolder import Status
 
     configs = [TrainConfig(schedule="step", seed=0), TrainConfig(schedule="texp", seed=0)]
     assert _report(configs, [RunResult(Path("a"), Status.SUBMITTED, job_id="17"),

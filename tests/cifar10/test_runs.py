@@ -17,11 +17,11 @@ import torch
 
 import explr.cifar10.config as config
 import explr.cifar10.runs as runs_mod
-from explr.cifar10 import files, run_many, sweep
+from explr.cifar10 import runfolder, run_many, sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, played_schedule
 from explr.cifar10.data import CifarArrays, DataError, make_synthetic
-from explr.cifar10.files import RunError, RunState, Status
+from explr.cifar10.runfolder import RunError, RunState, Status
 from explr.cifar10.runfolder import load_runs, read_metrics, run_dir
 from explr.cifar10.runs import DeviceData, Trainer, TrainingDiverged, prepare_run, train_prepared, train_run
 from explr.cifar10.sweep import prepare
@@ -47,7 +47,7 @@ class Killed(BaseException):
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_process_killed_around_a_checkpoint_write_leaves_a_run_that_resumes(when, arrays, tmp_path, monkeypatch):
     """The manifest records the new checkpoint's sha256 before it is written: either checkpoint is accepted."""
-    real, calls = files.atomic_write, []
+    real, calls = runfolder.atomic_write, []
 
     def write(path, fn):
         if Path(path).name == "checkpoint.pt":
@@ -60,7 +60,7 @@ def test_a_process_killed_around_a_checkpoint_write_leaves_a_run_that_resumes(wh
         else:
             real(path, fn)
 
-    monkeypatch.setattr(files, "atomic_write", write)
+    monkeypatch.setattr(runfolder, "atomic_write", write)
     cfg = TrainConfig(**TINY, schedule="step")
     with pytest.raises(Killed):
         train_run(cfg, tmp_path, arrays, progress=False)
@@ -72,7 +72,7 @@ def test_a_process_killed_around_a_checkpoint_write_leaves_a_run_that_resumes(wh
 def full_disk(monkeypatch, name, nth, stays_full):
     """The ``nth`` write of ``name`` fails as torch's zip writer fails on a full disk; ``stays_full``: every later
     write fails too (else the space freed by the failed write lets the manifest through)."""
-    real, counts, full = files.atomic_write, {}, []
+    real, counts, full = runfolder.atomic_write, {}, []
 
     def write(path, fn):
         counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
@@ -84,7 +84,7 @@ def full_disk(monkeypatch, name, nth, stays_full):
                 raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 320 vs 0") from err
         real(path, fn)
 
-    monkeypatch.setattr(files, "atomic_write", write)
+    monkeypatch.setattr(runfolder, "atomic_write", write)
 
 
 @pytest.mark.parametrize("name, nth, stays_full, kept", [  # metrics.jsonl and manifest.json are written at the

@@ -20,7 +20,7 @@ from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig, config_to_argv, resolved_settings
 from explr.cifar10.data import CifarArrays, make_synthetic
 from explr.cifar10.runs import TrainingDiverged
-from explr.cifar10.files import DiskFull, RunState, Status, lock_holder
+from explr.cifar10.runfolder import DiskFull, RunState, Status, lock_holder
 from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.sweep import check_launcher, prepare
 

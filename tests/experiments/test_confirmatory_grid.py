@@ -15,8 +15,8 @@ import torch
 import explr.cifar10.runs as runs_mod
 from explr.book.judging import open_runs, split_runs
 from explr.book.registration import PLAN_V3_PATH, load_plan
-from explr.cifar10 import RunResult, Status, TrainingDiverged, files, make_synthetic, run_dir, sweep
-from explr.cifar10.files import DiskFull
+from explr.cifar10 import RunResult, Status, TrainingDiverged, runfolder, make_synthetic, run_dir, sweep
+from explr.cifar10.runfolder import DiskFull
 
 from cifar10_helpers import tiny_arrays, tiny_npz
 
@@ -432,7 +432,7 @@ def test_a_run_a_full_disk_stopped_is_no_failed_attempt_and_resumes(tmp_path, ep
     """A full disk stops a run from outside: its manifest says "disk full" (said "interrupted" on main f49cb6e),
     which is no failed attempt, and ``--resume`` continues the run from its last checkpoint."""
     plan = tiny_plan()
-    real, full, written = files.atomic_write, [True], []
+    real, full, written = runfolder.atomic_write, [True], []
 
     def write(path, fn):  # TEXP's second checkpoint finds the disk full
         if full and Path(path).name == "checkpoint.pt" and "texp" in Path(path).parts:
@@ -441,7 +441,7 @@ def test_a_run_a_full_disk_stopped_is_no_failed_attempt_and_resumes(tmp_path, ep
                 raise OSError(errno.ENOSPC, "No space left on device")
         real(path, fn)
 
-    monkeypatch.setattr(files, "atomic_write", write)
+    monkeypatch.setattr(runfolder, "atomic_write", write)
     with pytest.raises(DiskFull):  # --jobs 1: the run trains in this process, and the grid stops with exit code 6
         grid.train_grid(plan, tmp_path, arrays=ARRAYS, progress=False)
     manifest = json.loads((run_dir(tmp_path / "main", "texp", 100) / "manifest.json").read_text())

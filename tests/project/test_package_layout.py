@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from explr.cifar10.files import RunState, Status
+from explr.cifar10.runfolder import RunState, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "explr"
@@ -120,7 +120,7 @@ def test_every_name_is_imported_from_the_module_that_defines_it(path):
 
 def test_the_import_rules_catch_a_re_export():
     """Deliberately wrong modules: one handing on an imported name, one importing a name through it."""
-    relay = "from .lock import RunError\nfrom .files import pid_alive\n\ndef train():\n    pass\n\n" \
+    relay = "from .lock import RunError\nfrom .runfolder import pid_alive\n\ndef train():\n    pass\n\n" \
             "__all__ = ['RunError', 'train']\n"
     assert handed_on(relay) == {"RunError"}
     modules = {"explr.cifar10.relay": relay}

@@ -24,7 +24,7 @@ import pytest
 from explr.cifar10 import sweep
 from explr.cifar10.__main__ import main
 from explr.cifar10.config import TrainConfig
-from explr.cifar10.files import lock_holder
+from explr.cifar10.runfolder import lock_holder
 from explr.cifar10.runfolder import read_metrics
 from explr.cifar10.runfolder import run_dir
 from explr.cifar10.runs import train_run

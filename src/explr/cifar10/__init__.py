@@ -1,14 +1,13 @@
 """The CIFAR-10 engine: Li & Arora's (ICLR 2020, Sec. 5) schedules on a scale-invariant PreResNet, resumable runs.
 
 Its modules, one concern each (how they work together: docs/cifar10-engine.md): ``config`` (the settings),
-``data``, ``files`` (writes, locks, signals), ``runfolder``, ``runs`` (one run), ``sweep`` (many runs, here or as
+``data``, ``runfolder`` (a run's files, lock and signals), ``runs`` (one run), ``sweep`` (many runs, here or as
 submitit jobs), ``results`` (the committed ones) and ``__main__`` (the command line).
 """
 from .config import SCHEDULES, TrainConfig, default_decay_epochs, experiment_plan, played_schedule
 from .data import CifarArrays, DataError, load_cifar10, make_synthetic
-from .files import RunError, Status
 from .results import committed_results, experiment_runs
-from .runfolder import load_runs, read_metrics, run_dir
+from .runfolder import RunError, Status, load_runs, read_metrics, run_dir
 from .runs import PreparedRun, RunResult, Trainer, TrainingDiverged, prepare_run, train_prepared, train_run
 from .sweep import run_many, run_plan, submit
 

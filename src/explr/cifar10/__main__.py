@@ -4,7 +4,7 @@
 
 trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
 skips finished ones and starts missing ones.  Options: :class:`~explr.cifar10.config.TrainConfig`'s fields, ``--help``.
-Exit codes (:class:`~explr.cifar10.files.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
+Exit codes (:class:`~explr.cifar10.runfolder.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
 written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n.
 """
 from __future__ import annotations
@@ -15,8 +15,7 @@ import sys
 
 from ..params import Int
 from .config import FOLDER, JOBS, CommandLineParser, add_config_arguments, argument_type, configs_from_args
-from .files import DiskFull, exit_code, handle_signals
-from .runfolder import MANIFEST, run_dir
+from .runfolder import MANIFEST, DiskFull, exit_code, handle_signals, run_dir
 from .sweep import check_launcher, run_many, submit
 
 __all__ = ["main", "build_parser"]

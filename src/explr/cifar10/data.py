@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from ..params import is_int
 from .config import available_memory
-from .files import atomic_write, remove_stale_leftovers
+from .runfolder import atomic_write, remove_stale_leftovers
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

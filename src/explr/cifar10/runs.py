@@ -27,10 +27,10 @@ from ..schedules import Schedule
 from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
 from .data import CifarArrays, DataIdentity, load_cifar10
-from .files import DiskFull, RunError, RunLock, RunState, Status, remove_leftovers, signal_name, write_file
-from .runfolder import (CHECKPOINT, EpochMetrics, MANIFEST, METRICS, MetricsRow, RunCheck, TIMING_KEYS, check_run,
-                        checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest, read_metrics,
-                        record_end, record_epoch, serialize_checkpoint, write_manifest, write_metrics)
+from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, EpochMetrics, MetricsRow, RunCheck,
+                        RunError, RunLock, RunState, Status, check_run, checkpoint_of, checkpoint_state, config_record,
+                        new_manifest, read_manifest, read_metrics, record_end, record_epoch, remove_leftovers,
+                        serialize_checkpoint, signal_name, write_file, write_manifest, write_metrics)
 
 
 # ----------------------------------------------------------------------------- on-device sampler

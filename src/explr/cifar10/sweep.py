@@ -19,8 +19,8 @@ import torch
 
 from .config import JOBS, TrainConfig, resolved_settings, worker_gpus, workers
 from .data import CifarArrays, load_cifar10
-from .files import DiskFull, RunError, RunLocked, RunState, Status, exit_code, handle_signals
-from .runfolder import MANIFEST, METRICS, check_folder, check_writable, read_manifest, read_metrics, run_dir
+from .runfolder import (MANIFEST, METRICS, DiskFull, RunError, RunLocked, RunState, Status, check_folder,
+                        check_writable, exit_code, handle_signals, read_manifest, read_metrics, run_dir)
 from .runs import PreparedRun, RunResult, TrainingDiverged, prepare_run, train_prepared
 
 
