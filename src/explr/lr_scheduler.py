@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
 from .params import is_real
-from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
+from .schedules import EquivalentSchedule, PlainSchedule, per_step_array
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
@@ -124,8 +124,10 @@ class PerStepLR(LRScheduler):
             self.momentum, (self._lr, e_lr, self._wd, e_wd) = float(lr.momentum), lr.parts()
             self._exponents = (e_lr, e_wd)
             _check_sgd_momentum(optimizer, self.momentum)
-        else:
-            self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
+        else:  # lr > 0 per step; wd any finite number or per-step array
+            self._lr, wd = per_step_array("lr", lr, None, "> 0"), 0.0 if wd is None else wd
+            self._wd = float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array(
+                "wd", wd, len(self._lr), "")
         dtype = _smallest_dtype(optimizer)
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from .invariance import flat_norm, trainable_parameters
 from .lr_scheduler import PerStepLR
 from .params import Int, checked
-from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
+from .schedules import MOMENTUM, EquivalentSchedule, PlainSchedule, alpha
 
 __all__ = ["Trajectory", "train_sgd", "output_deviation", "prediction_agreement", "norm_recursion",
            "exp_lr_overflow_step"]
@@ -74,7 +74,7 @@ def train_sgd(
         raise ValueError(f"batches has {len(batches)} entries but the schedule has {steps} steps")
     record_every = int(checked("record_every", record_every, Int(1)))
     params = [p for _, p in trainable_parameters(model)]
-    optimizer = torch.optim.SGD(params, lr=lr.first_lr, momentum=check_momentum(momentum))
+    optimizer = torch.optim.SGD(params, lr=lr.first_lr, momentum=float(checked("momentum", momentum, MOMENTUM)))
     scheduler = PerStepLR(optimizer, lr, wd, rescale_above=rescale_above)
 
     outputs, norms, recorded, log2_rescales = [], [], [], []
