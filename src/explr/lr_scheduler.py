@@ -128,7 +128,8 @@ class PerStepLR(LRScheduler):
             self._lr, wd = per_step_array("lr", lr, None, "> 0"), 0.0 if wd is None else wd
             self._wd = float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array(
                 "wd", wd, len(self._lr), "")
-        dtype = _smallest_dtype(optimizer)
+        dtypes = {p.dtype for g in optimizer.param_groups for p in g["params"] if p.is_floating_point()}
+        dtype = min(dtypes, key=lambda d: torch.finfo(d).max, default=None)  # the smallest largest value
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
@@ -153,7 +154,8 @@ class PerStepLR(LRScheduler):
         self.model, self.on_rescale = model, on_rescale
         self._probe, self._probe_hook = None, None
         if model is not None and rescale_above is not None and check_invariance:
-            self._probe_hook = model.register_forward_pre_hook(self._keep_input)
+            # a reference to the last training input, dropped at the first rescaling
+            self._probe_hook = model.register_forward_pre_hook(lambda _, args: setattr(self, "_probe", args))
         digest = hashlib.sha256()  # names the schedule in a state: the first 16 hex digits of the played arrays'
         for array in (self._lr, self._wd, *(self._exponents or ())):
             digest.update(np.ascontiguousarray(array))
@@ -261,8 +263,9 @@ class PerStepLR(LRScheduler):
                              f"optimizer steps; this one would move to step {k}, past its end" if k > 0 else
                              f"PerStepLR: step index {k} < 0")
         position = min(k, self.steps - 1)
-        if self.rescale_above is not None:
-            self._rescale_if_above(position)
+        log2_lr = self._log2_lr(position) + self.log2_rescale
+        if self.rescale_above is not None and log2_lr > math.log2(self.rescale_above):
+            self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
         lrs = self._lrs_at(position)
         self.last_epoch = k
         _, _, m_wd, e_wd = self._parts_at(position)
@@ -290,11 +293,6 @@ class PerStepLR(LRScheduler):
                 raise RuntimeError(
                     f"PerStepLR: the lr of param group {i} was changed to {float(group['lr']):g} since PerStepLR set "
                     f"it to {float(ours):g}. {_COMPOSITION}")
-
-    def _rescale_if_above(self, k: int) -> None:
-        log2_lr = self._log2_lr(k) + self.log2_rescale
-        if log2_lr > math.log2(self.rescale_above):
-            self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
 
     def _log2_lr(self, k: int) -> float:
         m_lr, e_lr, _, _ = self._parts_at(k)
@@ -331,9 +329,6 @@ class PerStepLR(LRScheduler):
                 yield p, invariant and p.requires_grad
 
     # ------------------------------------------------------------------ the cheap invariance check
-    def _keep_input(self, module, args) -> None:
-        self._probe = args  # a reference to the last training input, dropped at the first rescaling
-
     def _warn_if_not_invariant(self) -> None:
         """Warn unless the train-mode outputs on the last input at θ and 2^8·θ (an exact scaling, undone exactly) agree
         within ``INVARIANCE_TOLERANCE``; the running statistics are restored, so training is untouched."""
@@ -430,12 +425,6 @@ def _check_weight_decay_is_played(optimizer, wd) -> None:
                 f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
                 f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or use an "
                 "optimizer with weight_decay)")
-
-
-def _smallest_dtype(optimizer):
-    """The floating dtype of the optimizer's parameters with the smallest largest value (``None``: none)."""
-    dtypes = {p.dtype for g in optimizer.param_groups for p in g["params"] if p.is_floating_point()}
-    return min(dtypes, key=lambda d: torch.finfo(d).max, default=None)
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:
