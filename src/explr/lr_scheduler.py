@@ -145,7 +145,15 @@ class PerStepLR(LRScheduler):
             for group, base in zip(groups, bases):
                 if not isinstance(group["lr"], torch.Tensor):
                     group.setdefault("initial_lr", base)
-        _check_weight_decay_is_played(optimizer, self._wd)
+        nonzero = np.flatnonzero(np.atleast_1d(self._wd))  # a group that takes the schedule's decay must have one
+        for i, group in enumerate(groups):
+            if nonzero.size and group.get(INVARIANT_KEY, True) is not False and "weight_decay" not in group:
+                k = int(nonzero[0])
+                where = f"wd[{k}] = {float(self._wd[k])!r}" if np.ndim(self._wd) else f"wd = {float(self._wd)!r}"
+                raise ValueError(
+                    f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
+                    f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or "
+                    "use an optimizer with weight_decay)")
         if on_rescale is not None and not callable(on_rescale):
             raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
         self.rescale_above = None if rescale_above is None else float(rescale_above)
@@ -409,22 +417,6 @@ def _group_number(group: dict, i: int, key: str) -> float:
         raise ValueError(f"PerStepLR: param group {i} has {key} = {shown!r}; it must be {rule}"
                          + (" (every group keeps its lr ratio to the first one)" if lr else ""))
     return float(number)
-
-
-def _check_weight_decay_is_played(optimizer, wd) -> None:
-    """``ValueError`` if the schedule has a weight decay but a param group that takes it (``scale_invariant`` not
-    False) has no ``weight_decay`` (LBFGS, SparseAdam, Rprop): the optimizer would ignore it without a word."""
-    nonzero = np.flatnonzero(np.atleast_1d(wd))
-    if not nonzero.size:
-        return
-    for i, group in enumerate(optimizer.param_groups):
-        if group.get(INVARIANT_KEY, True) is not False and "weight_decay" not in group:
-            k = int(nonzero[0])
-            where = f"wd[{k}] = {float(np.atleast_1d(wd)[k])!r}" if np.ndim(wd) else f"wd = {float(wd)!r}"
-            raise ValueError(
-                f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
-                f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or use an "
-                "optimizer with weight_decay)")
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:

@@ -212,8 +212,14 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
         raise ValueError("runs holds 'near' but settings.near (its ε) is None")
     schedules = pair_schedules(pair, settings, twin_wd)
     dtype = torch.float64 if precision == "float64" else torch.float32
-    images, labels, probe = _check_data(images, labels, probe, settings)
-    images, probe = images.to(dtype), probe.to(dtype)
+    for name, x in (("images", images), ("probe", probe)):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim == 4):
+            raise ValueError(f"{name} must be a floating-point tensor (N, C, H, W); got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != (len(images),):
+        raise ValueError(f"labels must be a tensor of shape ({len(images)},), one per image; got "
+                         f"{getattr(labels, 'shape', type(labels).__name__)}")
+    images, labels, probe = images.to(dtype), labels.long(), probe.to(dtype)
     index = batch_schedule(len(labels), settings.batch_size, settings.steps, settings.seed)
     batches = [(images[i], labels[i]) for i in index]
     recorded = settings.recorded()
@@ -265,19 +271,6 @@ def _rescale_steps(trajectory, schedule) -> list:
     (a multiple of 2) changes between step k and k + 1."""
     log2_r = np.rint(np.log2(trajectory.lrs) - np.asarray(schedule.log_lr) / math.log(2))
     return np.flatnonzero(np.diff(log2_r)).tolist()
-
-
-def _check_data(images, labels, probe, settings: TwinSettings):
-    for name, x in (("images", images), ("probe", probe)):
-        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim == 4):
-            raise ValueError(f"{name} must be a floating-point tensor (N, C, H, W); got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
-    if not isinstance(labels, torch.Tensor) or labels.shape != (len(images),):
-        raise ValueError(f"labels must be a tensor of shape ({len(images)},), one per image; got "
-                         f"{getattr(labels, 'shape', type(labels).__name__)}")
-    if not 1 <= settings.batch_size <= len(images):
-        raise ValueError(f"batch_size must be in [1, {len(images)}] (the images given); got {settings.batch_size}")
-    return images, labels.long(), probe
 
 
 def summarise(metrics: dict) -> dict:
