@@ -264,7 +264,7 @@ def test_per_step_arrays_broadcast_scalars_and_name_the_first_bad_step():
         per_step_array("lr", 0.1, None, "> 0")
 
 
-def test_plain_arrays_allow_any_finite_wd_and_refuse_what_is_not_a_number():
+def test_per_step_lr_takes_any_finite_wd_and_refuses_what_is_not_a_number():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
     assert PerStepLR(opt, [0.1, 0.2], -0.5)._wd == -0.5
     with pytest.raises(ValueError, match=r"^wd must be finite real numbers at every step; wd\[1\] = nan"):
