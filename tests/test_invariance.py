@@ -239,5 +239,5 @@ def test_chained_model_refuses_bad_schedules():
 def test_the_norm_equilibrium_model_uses_the_same_momentum_rule():
     assert chained_effective_lr([0.1, 0.1], [5e-4, 5e-4], 0.9)[0] == pytest.approx(np.sqrt(0.1 * 5e-4))
     for bad in (True, 1.0):
-        with pytest.raises(ValueError, match=r"^momentum must be a number in \[0, 1\)"):
+        with pytest.raises(ValueError, match=r"^momentum = .*: must be a finite number in \[0, 1\)$"):
             chained_effective_lr([0.1, 0.1], [5e-4, 5e-4], bad)

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .schedules import check_momentum, check_real, per_step_array
+from .params import Float, checked
+from .schedules import MOMENTUM, per_step_array
 
 __all__ = ["NORM_LAYERS", "make_scale_invariant", "InvarianceCheck", "check_scale_invariance", "trainable_parameters",
            "flat_norm", "effective_lr", "step_angle", "equilibrium_step_angle", "angular_identity_gap",
@@ -145,8 +146,8 @@ def equilibrium_step_angle(lr: float, wd: float, momentum: float = 0.0) -> float
     """√(2ηλ/(1+γ)): the RMS angle per step at which SGD with learning rate η, weight decay λ > 0 and momentum γ
     settles on a scale-invariant loss, to first order in ηλ (Li & Arora, App. A; Wan et al. 2021 for γ > 0;
     docs/maths-notes.md, "Scale invariance")."""
-    lr, wd = check_real("lr", lr, above=0), check_real("wd", wd, above=0)
-    check_momentum(momentum)
+    lr, wd = float(checked("lr", lr, Float(0))), float(checked("wd", wd, Float(0)))
+    checked("momentum", momentum, MOMENTUM)
     return math.sqrt(2 * lr * wd / (1 + momentum))
 
 
@@ -169,8 +170,8 @@ def effective_lr_relaxation(steps, *, lr_ratio: float, wd_ratio: float, lr: floa
     τ_θ = :func:`norm_relaxation_time` of the new values (the mean-field norm model: docs/maths-notes.md,
     "Scale invariance")."""
     for name, value in (("lr_ratio", lr_ratio), ("wd_ratio", wd_ratio), ("lr", lr), ("wd", wd)):
-        check_real(name, value, above=0)
-    check_momentum(momentum)
+        checked(name, value, Float(0))
+    checked("momentum", momentum, MOMENTUM)
     t = np.asarray(steps, dtype=float)
     q = lr_ratio / wd_ratio
     return lr_ratio / np.sqrt(q + (1 - q) * np.exp(-t / norm_relaxation_time(lr, wd, momentum)))
@@ -189,7 +190,7 @@ def chained_effective_lr(lr, wd, momentum: float = 0.0) -> np.ndarray:
     equilibrium effective lr is √(ηλ))."""
     lr, wd = np.broadcast_arrays(np.asarray(lr, dtype=float), np.asarray(wd, dtype=float))
     lr, wd = per_step_array("lr", lr, None, "> 0"), per_step_array("wd", wd, None, "> 0")
-    check_momentum(momentum)
+    checked("momentum", momentum, MOMENTUM)
     starts = np.concatenate([[0], np.flatnonzero((np.diff(lr) != 0) | (np.diff(wd) != 0)) + 1, [len(lr)]])
     u, out = lr[0] / wd[0], np.empty(len(lr))
     for begin, end in zip(starts[:-1], starts[1:]):

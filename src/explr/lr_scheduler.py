@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from .models import rescale_running_statistics
 from .params import is_real
-from .schedules import EquivalentSchedule, PlainSchedule, plain_arrays
+from .schedules import EquivalentSchedule, PlainSchedule, per_step_array
 
 __all__ = ["PerStepLR", "INVARIANT_KEY", "check_rescale_above", "max_rescale_above"]
 
@@ -124,9 +124,12 @@ class PerStepLR(LRScheduler):
             self.momentum, (self._lr, e_lr, self._wd, e_wd) = float(lr.momentum), lr.parts()
             self._exponents = (e_lr, e_wd)
             _check_sgd_momentum(optimizer, self.momentum)
-        else:
-            self._lr, self._wd = plain_arrays(lr, 0.0 if wd is None else wd)
-        dtype = _smallest_dtype(optimizer)
+        else:  # lr > 0 per step; wd any finite number or per-step array
+            self._lr, wd = per_step_array("lr", lr, None, "> 0"), 0.0 if wd is None else wd
+            self._wd = float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array(
+                "wd", wd, len(self._lr), "")
+        dtypes = {p.dtype for g in optimizer.param_groups for p in g["params"] if p.is_floating_point()}
+        dtype = min(dtypes, key=lambda d: torch.finfo(d).max, default=None)  # the smallest largest value
         if rescale_above is not None:
             if not isinstance(optimizer, torch.optim.SGD):
                 raise TypeError(
@@ -142,7 +145,15 @@ class PerStepLR(LRScheduler):
             for group, base in zip(groups, bases):
                 if not isinstance(group["lr"], torch.Tensor):
                     group.setdefault("initial_lr", base)
-        _check_weight_decay_is_played(optimizer, self._wd)
+        nonzero = np.flatnonzero(np.atleast_1d(self._wd))  # a group that takes the schedule's decay must have one
+        for i, group in enumerate(groups):
+            if nonzero.size and group.get(INVARIANT_KEY, True) is not False and "weight_decay" not in group:
+                k = int(nonzero[0])
+                where = f"wd[{k}] = {float(self._wd[k])!r}" if np.ndim(self._wd) else f"wd = {float(self._wd)!r}"
+                raise ValueError(
+                    f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
+                    f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or "
+                    "use an optimizer with weight_decay)")
         if on_rescale is not None and not callable(on_rescale):
             raise TypeError(f"on_rescale must be callable as on_rescale(c); got {on_rescale!r}")
         self.rescale_above = None if rescale_above is None else float(rescale_above)
@@ -151,7 +162,8 @@ class PerStepLR(LRScheduler):
         self.model, self.on_rescale = model, on_rescale
         self._probe, self._probe_hook = None, None
         if model is not None and rescale_above is not None and check_invariance:
-            self._probe_hook = model.register_forward_pre_hook(self._keep_input)
+            # a reference to the last training input, dropped at the first rescaling
+            self._probe_hook = model.register_forward_pre_hook(lambda _, args: setattr(self, "_probe", args))
         digest = hashlib.sha256()  # names the schedule in a state: the first 16 hex digits of the played arrays'
         for array in (self._lr, self._wd, *(self._exponents or ())):
             digest.update(np.ascontiguousarray(array))
@@ -259,8 +271,9 @@ class PerStepLR(LRScheduler):
                              f"optimizer steps; this one would move to step {k}, past its end" if k > 0 else
                              f"PerStepLR: step index {k} < 0")
         position = min(k, self.steps - 1)
-        if self.rescale_above is not None:
-            self._rescale_if_above(position)
+        log2_lr = self._log2_lr(position) + self.log2_rescale
+        if self.rescale_above is not None and log2_lr > math.log2(self.rescale_above):
+            self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
         lrs = self._lrs_at(position)
         self.last_epoch = k
         _, _, m_wd, e_wd = self._parts_at(position)
@@ -288,11 +301,6 @@ class PerStepLR(LRScheduler):
                 raise RuntimeError(
                     f"PerStepLR: the lr of param group {i} was changed to {float(group['lr']):g} since PerStepLR set "
                     f"it to {float(ours):g}. {_COMPOSITION}")
-
-    def _rescale_if_above(self, k: int) -> None:
-        log2_lr = self._log2_lr(k) + self.log2_rescale
-        if log2_lr > math.log2(self.rescale_above):
-            self._apply_rescaling(math.ceil((log2_lr - self._log2_lr(0)) / 2))
 
     def _log2_lr(self, k: int) -> float:
         m_lr, e_lr, _, _ = self._parts_at(k)
@@ -329,9 +337,6 @@ class PerStepLR(LRScheduler):
                 yield p, invariant and p.requires_grad
 
     # ------------------------------------------------------------------ the cheap invariance check
-    def _keep_input(self, module, args) -> None:
-        self._probe = args  # a reference to the last training input, dropped at the first rescaling
-
     def _warn_if_not_invariant(self) -> None:
         """Warn unless the train-mode outputs on the last input at θ and 2^8·θ (an exact scaling, undone exactly) agree
         within ``INVARIANCE_TOLERANCE``; the running statistics are restored, so training is untouched."""
@@ -412,28 +417,6 @@ def _group_number(group: dict, i: int, key: str) -> float:
         raise ValueError(f"PerStepLR: param group {i} has {key} = {shown!r}; it must be {rule}"
                          + (" (every group keeps its lr ratio to the first one)" if lr else ""))
     return float(number)
-
-
-def _check_weight_decay_is_played(optimizer, wd) -> None:
-    """``ValueError`` if the schedule has a weight decay but a param group that takes it (``scale_invariant`` not
-    False) has no ``weight_decay`` (LBFGS, SparseAdam, Rprop): the optimizer would ignore it without a word."""
-    nonzero = np.flatnonzero(np.atleast_1d(wd))
-    if not nonzero.size:
-        return
-    for i, group in enumerate(optimizer.param_groups):
-        if group.get(INVARIANT_KEY, True) is not False and "weight_decay" not in group:
-            k = int(nonzero[0])
-            where = f"wd[{k}] = {float(np.atleast_1d(wd)[k])!r}" if np.ndim(wd) else f"wd = {float(wd)!r}"
-            raise ValueError(
-                f"wd must be 0 for {type(optimizer).__name__}: its param group {i} has no 'weight_decay', so the "
-                f"optimizer would ignore the schedule's weight decay; got {where} (add the decay to the loss, or use an "
-                "optimizer with weight_decay)")
-
-
-def _smallest_dtype(optimizer):
-    """The floating dtype of the optimizer's parameters with the smallest largest value (``None``: none)."""
-    dtypes = {p.dtype for g in optimizer.param_groups for p in g["params"] if p.is_floating_point()}
-    return min(dtypes, key=lambda d: torch.finfo(d).max, default=None)
 
 
 def _check_sgd_momentum(optimizer, momentum: float) -> None:

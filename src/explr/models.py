@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .invariance import make_scale_invariant
 from .params import MAX_SEED, Float, Int, checked
 
 __all__ = ["bn_mlp", "invariant_bn_mlp", "PreActBlock", "PreResNet", "rescale_running_statistics"]
@@ -39,8 +40,6 @@ def bn_mlp(in_features=64, hidden=(64, 64), classes=10, eps=1e-5, running_stats=
 def invariant_bn_mlp(hidden=(64, 64), eps=1e-300, dtype=torch.float64, seed=0, **kwargs) -> nn.Sequential:
     """The digits BN MLP of the exactness experiments, exactly scale invariant: :func:`bn_mlp` (``kwargs`` too) with a
     tiny ``eps`` and batch statistics, in ``dtype``, then :func:`explr.invariance.make_scale_invariant`."""
-    from .invariance import make_scale_invariant
-
     model = bn_mlp(hidden=hidden, eps=eps, seed=seed, **kwargs).to(dtype)
     make_scale_invariant(model)
     return model
@@ -98,8 +97,6 @@ class PreResNet(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         if invariant:
-            from .invariance import make_scale_invariant
-
             make_scale_invariant(self, last_layer=self.fc)
 
     def forward(self, x):

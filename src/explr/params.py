@@ -219,14 +219,11 @@ def checked(name: str, value, rule):
     """``value`` when ``rule.ok(value)``; otherwise ``ValueError("name = value: must be <rule>")``, the one-line
     error of :func:`check_parameters`, for a library function's arguments."""
     if not rule.ok(value):
-        raise ValueError(f"{name} = {_short(value)}: must be {rule.rule()}")
+        try:
+            shown = repr(value)
+        except ValueError:  # an int past Python's 4,300 digits of str(), or a list holding one
+            shown = f"<a {type(value).__name__} too large to print>"
+        if len(shown) > 60:  # a 401-digit int, a long list: its middle cut out
+            shown = f"{shown[:30]}…{shown[-10:]} ({len(shown)} characters)"
+        raise ValueError(f"{name} = {shown}: must be {rule.rule()}")
     return value
-
-
-def _short(value, most: int = 60) -> str:
-    """``repr(value)``, its middle cut out when longer than ``most`` characters (a 401-digit int, a long list)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int past Python's 4,300 digits of str(), or a list holding one
-        return f"<a {type(value).__name__} too large to print>"
-    return text if len(text) <= most else f"{text[:most // 2]}…{text[-10:]} ({len(text)} characters)"

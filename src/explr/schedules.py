@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .params import is_int, is_real, is_real_type
+from .params import Float, Int, checked, is_real_type
 
 __all__ = ["EquivalentSchedule", "PlainSchedule", "Schedule", "alpha", "exp_lr", "texp", "texp_plus_plus",
            "texp_minus_minus", "step_decay", "cosine", "CORRECTIONS"]
@@ -22,28 +22,8 @@ __all__ = ["EquivalentSchedule", "PlainSchedule", "Schedule", "alpha", "exp_lr",
 # ----------------------------------------------------------------------------- the checks of per-step inputs
 #: the rules of per-step inputs (their errors quote them), by the bound they put on a value.
 _RULES = {"> 0": "finite real numbers > 0", ">= 0": "finite real numbers >= 0", "": "finite real numbers"}
-
-
-def check_real(name: str, value, above: float | None = None) -> float:
-    """``value`` as a float when :func:`explr.params.is_real` holds (strings, booleans, arrays and NaN/inf refused),
-    and it is > ``above`` if given."""
-    if not (is_real(value) and (above is None or value > above)):
-        raise ValueError(f"{name} must be a finite number{'' if above is None else f' > {above:g}'}; got {value!r}")
-    return float(value)
-
-
-def check_momentum(momentum) -> float:
-    """The heavy-ball momentum γ as a float in [0, 1)."""
-    if not (is_real(momentum) and 0.0 <= momentum < 1.0):
-        raise ValueError(f"momentum must be a number in [0, 1); got {momentum!r}")
-    return float(momentum)
-
-
-def check_positive_int(name: str, value) -> int:
-    """``value`` as an int >= 1 (booleans refused)."""
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
+#: the heavy-ball momentum γ of every function here.
+MOMENTUM = Float(0, 1, lo_open=False)
 
 
 def check_milestones(milestones, epochs: int) -> np.ndarray:
@@ -63,9 +43,21 @@ def check_milestones(milestones, epochs: int) -> np.ndarray:
 
 def per_step_array(name: str, value, steps: int | None, bound: str) -> np.ndarray:
     """``value`` as a new float64 array of ``steps`` entries (a scalar is broadcast; ``None``: one or more entries),
-    each passing the rule ``_RULES[bound]``: else ``TypeError`` naming the first entry that is not a real number, or
-    ``ValueError`` naming the shape or the first step that breaks the rule (``lr[3] = -0.1``)."""
-    arr = real_array(name, value, _RULES[bound])
+    each passing the rule ``_RULES[bound]``: else ``TypeError`` naming the first entry that is not a real number
+    (``np.asarray`` would turn True into 1.0), or ``ValueError`` naming the shape or the first step that breaks the
+    rule (``lr[3] = -0.1``)."""
+    if isinstance(value, (list, tuple)):
+        items = value
+    else:
+        value = np.asarray(value)
+        items = None if value.dtype.kind in "fiu" else value.ravel()
+    if items is not None and not all(map(is_real_type, set(map(type, items)))):
+        k, x = next((k, x) for k, x in enumerate(items) if not is_real_type(type(x)))
+        x = x.item() if isinstance(x, np.generic) else x
+        where = f"{name}[{k}]" if np.ndim(value) else name
+        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {_RULES[bound]} "
+                        "(floats or ints; not bools or strings)")
+    arr = np.array(value, dtype=np.float64)
     if arr.ndim == 0 and steps is not None:
         arr = np.full(steps, float(arr))
     if arr.ndim != 1 or len(arr) == 0 or len(arr) != (steps or len(arr)):
@@ -76,29 +68,6 @@ def per_step_array(name: str, value, steps: int | None, bound: str) -> np.ndarra
         k = int(np.argmax(bad))
         raise ValueError(f"{name} must be {_RULES[bound]} at every step; {name}[{k}] = {float(arr[k])!r}")
     return arr
-
-
-def plain_arrays(lr, wd) -> tuple[np.ndarray, np.ndarray | float]:
-    """Checked float64 copies as PerStepLR plays them: lr a (steps,) array > 0, wd any finite float or array."""
-    lr = per_step_array("lr", lr, None, "> 0")
-    return lr, float(per_step_array("wd", wd, 1, "")[0]) if np.ndim(wd) == 0 else per_step_array("wd", wd, len(lr), "")
-
-
-def real_array(name: str, value, rule: str) -> np.ndarray:
-    """``value`` as a new float64 array; anything but real numbers (bools, strings, None: ``np.asarray`` would turn
-    True into 1.0) raises ``TypeError`` naming the first one and ``rule``."""
-    if isinstance(value, (list, tuple)):
-        items = value
-    else:
-        value = np.asarray(value)
-        items = None if value.dtype.kind in "fiu" else value.ravel()
-    if items is not None and not all(map(is_real_type, set(map(type, items)))):
-        k, x = next((k, x) for k, x in enumerate(items) if not is_real_type(type(x)))
-        x = x.item() if isinstance(x, np.generic) else x
-        where = f"{name}[{k}]" if np.ndim(value) else name
-        raise TypeError(f"{where} = {x!r} ({type(x).__name__}) is not a real number: {name} must be {rule} "
-                        "(floats or ints; not bools or strings)")
-    return np.array(value, dtype=np.float64)
 
 
 #: Accepted values of the ``corrections`` argument of :func:`texp`.
@@ -238,9 +207,8 @@ def alpha(lr: float, wd: float, momentum: float = 0.0) -> float:
     Traceback (most recent call last):
     ValueError: lr*wd = 0.01 (lr=0.1, wd=0.1) is outside the valid range ...
     """
-    lr, wd, gamma = check_real("lr", lr, above=0), check_real("wd", wd), check_momentum(momentum)
-    if wd < 0:
-        raise ValueError(f"wd must be >= 0; got {wd!r}")
+    lr, wd = float(checked("lr", lr, Float(0))), float(checked("wd", wd, Float(0, lo_open=False)))
+    gamma = float(checked("momentum", momentum, MOMENTUM))
     product, limit = lr * wd, (1.0 - math.sqrt(gamma)) ** 2
     if product > limit or (gamma == 0.0 and product >= 1.0):
         raise ValueError(
@@ -297,7 +265,7 @@ def exp_lr(lr: float, wd: float, momentum: float, steps: int, *, start_correctio
     >>> print(f"{schedule.wd[0]:.5f}", float(schedule.wd[1:].max()))
     -0.00452 0.0
     """
-    steps = check_positive_int("steps", steps)
+    steps = int(checked("steps", steps, Int(1)))
     a = alpha(lr, wd, momentum)
     gamma = float(momentum)
     lr_arr, wd_arr = np.full(steps, float(lr)), np.full(steps, float(wd))
@@ -325,7 +293,7 @@ def texp(lr, wd, momentum: float, *, corrections: str = "all") -> EquivalentSche
     """
     if corrections not in CORRECTIONS:
         raise ValueError(f"corrections must be one of {CORRECTIONS}; got {corrections!r}")
-    gamma = check_momentum(momentum)
+    gamma = float(checked("momentum", momentum, MOMENTUM))
     lr_arr = per_step_array("lr", lr, None, "> 0")
     wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     starts = np.ones(len(lr_arr), dtype=bool)  # where (lr_k, wd_k) differs from step k − 1
@@ -357,7 +325,7 @@ def texp_plus_plus(lr, wd, momentum: float) -> EquivalentSchedule:
     >>> print(schedule.wd.min(), schedule.wd.max())
     0.0 0.0
     """
-    gamma = check_momentum(momentum)
+    gamma = float(checked("momentum", momentum, MOMENTUM))
     lr_arr = per_step_array("lr", lr, None, "> 0")
     wd_arr = per_step_array("wd", wd, len(lr_arr), ">= 0")
     return _equivalent(lr_arr, wd_arr, gamma, "texp++")
@@ -372,8 +340,6 @@ def texp_minus_minus(lr, wd, momentum: float, *, corrections: str = "all") -> Eq
     >>> from explr.schedules import step_decay, texp_minus_minus
     >>> lr = step_decay(0.1, epochs=3, steps_per_epoch=100, milestones=[2])
     >>> schedule = texp_minus_minus(lr, wd=5e-4, momentum=0.9)
-    >>> schedule.name
-    'texp--[all]'
     >>> print(*(f"{schedule.lr[k]:.5f}" for k in (0, 199, 200, 299)))
     0.10005 0.12220 0.12226 0.12348
     """
@@ -398,11 +364,10 @@ def step_decay(lr: float, epochs: int, steps_per_epoch: int, milestones=(), fact
     >>> print(*(f"{lr[k]:g}" for k in (0, 100 * 391 - 1, 100 * 391, 150 * 391)))
     0.1 0.1 0.01 0.001
     """
-    epochs = check_positive_int("epochs", epochs)
-    steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    lr = check_real("lr", lr, above=0)
-    if not 0 < check_real("factor", factor) <= 1:
-        raise ValueError(f"factor must be in (0, 1]; got {factor!r}")
+    epochs = int(checked("epochs", epochs, Int(1)))
+    steps_per_epoch = int(checked("steps_per_epoch", steps_per_epoch, Int(1)))
+    lr = float(checked("lr", lr, Float(0)))
+    checked("factor", factor, Float(0, 1, hi_open=False))
     ms = check_milestones(milestones, epochs)
     epoch_of_step = np.arange(epochs * steps_per_epoch) // steps_per_epoch
     drops = np.searchsorted(ms, epoch_of_step, side="right")
@@ -419,9 +384,9 @@ def cosine(lr: float, epochs: int, steps_per_epoch: int, per: str = "epoch") -> 
     >>> print(*(f"{x:.4f}" for x in cosine(0.1, epochs=4, steps_per_epoch=2)))
     0.1000 0.1000 0.0854 0.0854 0.0500 0.0500 0.0146 0.0146
     """
-    epochs = check_positive_int("epochs", epochs)
-    steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
-    lr = check_real("lr", lr, above=0)
+    epochs = int(checked("epochs", epochs, Int(1)))
+    steps_per_epoch = int(checked("steps_per_epoch", steps_per_epoch, Int(1)))
+    lr = float(checked("lr", lr, Float(0)))
     steps = np.arange(epochs * steps_per_epoch)
     if per == "epoch":
         t, total = steps // steps_per_epoch, epochs

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from .invariance import flat_norm, trainable_parameters
 from .lr_scheduler import PerStepLR
 from .params import Int, checked
-from .schedules import EquivalentSchedule, PlainSchedule, alpha, check_momentum
+from .schedules import MOMENTUM, EquivalentSchedule, PlainSchedule, alpha
 
 __all__ = ["Trajectory", "train_sgd", "output_deviation", "prediction_agreement", "norm_recursion",
            "exp_lr_overflow_step"]
@@ -47,19 +47,8 @@ class Trajectory:
     sq_updates: np.ndarray
 
 
-def train_sgd(
-    model,
-    loss_fn,
-    batches,
-    lr,
-    wd=None,
-    momentum: float = 0.0,
-    *,
-    probe=None,
-    record_every: int = 1,
-    rescale_above: float | None = None,
-    progress: bool = False,
-) -> Trajectory:
+def train_sgd(model, loss_fn, batches, lr, wd=None, momentum: float = 0.0, *, probe=None, record_every: int = 1,
+              rescale_above: float | None = None, progress: bool = False) -> Trajectory:
     """Train ``model`` in place with ``torch.optim.SGD`` for ``len(lr)`` steps and record the trajectory.
 
     ``batches``: (inputs, targets), one per step.  ``lr``, ``wd``: per-step arrays (``wd`` may be a scalar), or
@@ -74,7 +63,7 @@ def train_sgd(
         raise ValueError(f"batches has {len(batches)} entries but the schedule has {steps} steps")
     record_every = int(checked("record_every", record_every, Int(1)))
     params = [p for _, p in trainable_parameters(model)]
-    optimizer = torch.optim.SGD(params, lr=lr.first_lr, momentum=check_momentum(momentum))
+    optimizer = torch.optim.SGD(params, lr=lr.first_lr, momentum=float(checked("momentum", momentum, MOMENTUM)))
     scheduler = PerStepLR(optimizer, lr, wd, rescale_above=rescale_above)
 
     outputs, norms, recorded, log2_rescales = [], [], [], []
@@ -107,18 +96,10 @@ def train_sgd(
         sq_updates[k] = (current - previous).square().sum().item()
         previous = current
     record(steps)
-    return Trajectory(
-        outputs=np.stack(outputs) if probe is not None else None,
-        norms=np.asarray(norms),
-        steps=np.asarray(recorded),
-        losses=losses,
-        lrs=used_lrs,
-        rescale=scheduler.rescale,
-        log2_rescales=np.asarray(log2_rescales),
-        rescale_count=scheduler.rescale_count,
-        sq_norms=sq_norms,
-        sq_updates=sq_updates,
-    )
+    return Trajectory(outputs=np.stack(outputs) if probe is not None else None, norms=np.asarray(norms),
+                      steps=np.asarray(recorded), losses=losses, lrs=used_lrs, rescale=scheduler.rescale,
+                      log2_rescales=np.asarray(log2_rescales), rescale_count=scheduler.rescale_count,
+                      sq_norms=sq_norms, sq_updates=sq_updates)
 
 
 def output_deviation(a: Trajectory, b: Trajectory) -> np.ndarray:

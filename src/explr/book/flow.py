@@ -9,6 +9,7 @@ on the flat parameter vector (:class:`FlatProblem`, autograd, no Hessian formed)
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,11 +90,8 @@ class FlatProblem:
 
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in θ."""
-        out, i = {}, 0
-        for name, size in zip(self.names, self.sizes):
-            out[name] = slice(i, i + size)
-            i += size
-        return out
+        ends = itertools.accumulate(self.sizes)
+        return {name: slice(end - size, end) for name, size, end in zip(self.names, self.sizes, ends)}
 
     def _as_tensor(self, theta) -> torch.Tensor:
         theta = torch.as_tensor(theta, dtype=self.dtype)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,42 +70,6 @@ def welch(a, b, margin: float) -> Welch:
     return Welch(d, se, float(w.dof), (d - half, d + half), float(w.p_difference), float(w.p_equivalence))
 
 
-def _bearing(hypothesis: str, verdict, difference):
-    """What a verdict says of a hypothesis: "supports", "contradicts" or "open" (scalars or arrays)."""
-    verdict = np.asarray(verdict)
-    equivalent, different = verdict == "equivalent", verdict == "different"
-    if hypothesis == "equivalent":
-        return np.select([equivalent, different], ["supports", "contradicts"], "open")
-    if hypothesis == "a better":
-        return np.select([equivalent, different & (np.asarray(difference) > 0), different],
-                         ["contradicts", "supports", "contradicts"], "open")
-    return np.full(verdict.shape, "open")
-
-
-def _verdicts(plan: AnalysisPlan, claims, finals: dict) -> list[tuple]:
-    """The plan's rule on ``finals`` (arm → final accuracies, shape (..., seeds)): per claim (Welch or None,
-    p-values (Holm-adjusted over the tested primary claims, raw for exploratory ones) or None, verdict)."""
-    rows = []
-    for c in claims:
-        n = min(finals[c.a].shape[-1], finals[c.b].shape[-1])
-        w = _welch(finals[c.a], finals[c.b], plan.margin) if n >= 2 else None
-        rows.append((c, w, n >= plan.min_seeds))
-    p = {c.id: (w.p_difference, w.p_equivalence) for c, w, tested in rows if tested}
-    family = [c.id for c, _, tested in rows if tested and c.role == "primary"]
-    if family:
-        adjusted = _rule.holm(np.stack([x for cid in family for x in p[cid]], axis=-1))
-        p.update({cid: (adjusted[..., 2 * i], adjusted[..., 2 * i + 1]) for i, cid in enumerate(family)})
-    out = []
-    for c, w, tested in rows:
-        if not tested:
-            out.append((c, w, None, "not tested"))
-            continue
-        p_diff, p_equiv = p[c.id]
-        verdict = np.where(p_equiv < plan.alpha, "equivalent", np.where(p_diff < plan.alpha, "different", "undecided"))
-        out.append((c, w, (p_diff, p_equiv), verdict))
-    return out
-
-
 @dataclass(frozen=True)
 class PooledSD:
     """The pooled within-arm sd of a pilot, its degrees of freedom and its one-sided upper confidence limit."""
@@ -150,11 +114,16 @@ def power(plan: AnalysisPlan, n: int, *, sd: float, means: dict, draws: int = 20
     if missing:
         raise ValueError(f"means must give every arm of the primary claims; missing {missing}")
     rng = np.random.default_rng([seed, n])
-    if plan.version < 3:
+    if plan.version < 3:  # Welch and TOST per claim, Holm over the family, equivalence first (module docstring)
         finals = {arm: rng.normal(means[arm], sd, size=(draws, n)) for arm in arms}
-        rows = _verdicts(replace(plan, min_seeds=2), claims, finals)
-        return {c.id: float(np.mean(_bearing(c.hypothesis, verdict, w.difference) == "supports"))
-                for c, w, _, verdict in rows}
+        tests = [_welch(finals[c.a], finals[c.b], plan.margin) for c in claims]
+        p = _rule.holm(np.stack([x for w in tests for x in (w.p_difference, w.p_equivalence)], axis=-1))
+        out = {}
+        for i, (c, w) in enumerate(zip(claims, tests)):
+            equivalent = p[..., 2 * i + 1] < plan.alpha
+            different = ~equivalent & (p[..., 2 * i] < plan.alpha)
+            out[c.id] = float(np.mean(equivalent if c.hypothesis == "equivalent" else different & (w.difference > 0)))
+        return out
     rho = 0.0 if rho is None else float(rho)
     shared = rng.standard_normal((draws, n))
     finals = {arm: means[arm] + sd * (math.sqrt(rho) * shared + math.sqrt(1 - rho) * rng.standard_normal((draws, n)))

@@ -140,15 +140,11 @@ def simulate(models=tuple(MODELS), *, steps: int, seeds: int, batch_size: int | 
     return ToyRun(as_np(error), as_np(norm), as_np(angle), models, lr, wd, batch_size, dim)
 
 
-def _check_eps(eps, lr, wd):
-    return float(checked("eps", eps, Float(0, math.sqrt(lr * wd / 2), note=" (0 < eps < sqrt(lr*wd/2))")))
-
-
 def theorem_W1(norm, *, lr, wd, eps, batch_size, dim):
     """W_1 of Thm 3.1 at ‖w_{k_0}‖ = ``norm``: ln(64‖w‖² ε √B/(η √(m−2))) / (2(ηλ − 2ε²)), clipped at 0 (0 < ε <
     √(ηλ/2), m >= 3)."""
     lr, wd = _positive("lr", lr), _positive("wd", wd)
-    eps = _check_eps(eps, lr, wd)
+    eps = float(checked("eps", eps, Float(0, math.sqrt(lr * wd / 2), note=" (0 < eps < sqrt(lr*wd/2))")))
     batch_size = _count("batch_size", batch_size)
     dim = _count("dim", dim, minimum=3)
     arg = 64 * np.asarray(norm, dtype=np.float64) ** 2 * eps * math.sqrt(batch_size) / (lr * math.sqrt(dim - 2))

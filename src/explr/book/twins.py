@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..invariance import trainable_parameters
-from ..schedules import PlainSchedule, alpha, check_momentum, check_positive_int, check_real, cosine, step_decay, texp
+from ..params import Float, Int, checked
+from ..schedules import MOMENTUM, PlainSchedule, alpha, cosine, step_decay, texp
 from ..sgd import output_deviation, prediction_agreement, train_sgd
 from .digits import batch_schedule
 
@@ -64,7 +65,7 @@ class TwinSettings:
 
     def __post_init__(self):
         for name in ("epochs", "steps_per_epoch", "batch_size", "record_every"):
-            check_positive_int(name, getattr(self, name))
+            checked(name, getattr(self, name), Int(1))
         if self.steps_per_epoch % self.record_every:
             raise ValueError(f"record_every must divide steps_per_epoch = {self.steps_per_epoch}; "
                              f"got {self.record_every!r}")
@@ -73,15 +74,13 @@ class TwinSettings:
             raise ValueError(f"milestones must hold at least two decay epochs in [1, epochs-1] = [1, {self.epochs - 1}]"
                              f" (the twin test crosses two decays); got {list(self.milestones)!r}")
         step_decay(self.lr, self.epochs, self.steps_per_epoch, self.milestones)  # checks lr and the milestones
-        check_momentum(self.momentum)
-        if not check_real("wd", self.wd) > 0:
-            raise ValueError(f"wd must be > 0 (without weight decay there is no twin to test); got {self.wd!r}")
+        checked("momentum", self.momentum, MOMENTUM)
+        checked("wd", self.wd, Float(0, note=" (without weight decay there is no twin to test)"))
         alpha(self.lr, self.wd, self.momentum)  # refuses an lr·wd without an exponential twin
-        if self.rescale_at is not None and not check_real("rescale_at", self.rescale_at) > 1:
-            raise ValueError(f"rescale_at must be a number > 1 (a multiple of the twin's lr[0]); got {self.rescale_at!r}")
+        if self.rescale_at is not None:
+            checked("rescale_at", self.rescale_at, Float(1, note=" (a multiple of the twin's lr[0])"))
         if self.near is not None:
-            if not check_real("near", self.near) > 0:
-                raise ValueError(f"near must be a number ε > 0 (the near twin is built for (1 + ε)·wd); got {self.near!r}")
+            checked("near", self.near, Float(0, note=" (the near twin is built for (1 + near)·wd)"))
             alpha(self.lr, (1 + self.near) * self.wd, self.momentum)
 
     @property
@@ -213,8 +212,14 @@ def run_unit(build_model: Callable[[float], nn.Module], images: torch.Tensor, la
         raise ValueError("runs holds 'near' but settings.near (its ε) is None")
     schedules = pair_schedules(pair, settings, twin_wd)
     dtype = torch.float64 if precision == "float64" else torch.float32
-    images, labels, probe = _check_data(images, labels, probe, settings)
-    images, probe = images.to(dtype), probe.to(dtype)
+    for name, x in (("images", images), ("probe", probe)):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim == 4):
+            raise ValueError(f"{name} must be a floating-point tensor (N, C, H, W); got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != (len(images),):
+        raise ValueError(f"labels must be a tensor of shape ({len(images)},), one per image; got "
+                         f"{getattr(labels, 'shape', type(labels).__name__)}")
+    images, labels, probe = images.to(dtype), labels.long(), probe.to(dtype)
     index = batch_schedule(len(labels), settings.batch_size, settings.steps, settings.seed)
     batches = [(images[i], labels[i]) for i in index]
     recorded = settings.recorded()
@@ -266,19 +271,6 @@ def _rescale_steps(trajectory, schedule) -> list:
     (a multiple of 2) changes between step k and k + 1."""
     log2_r = np.rint(np.log2(trajectory.lrs) - np.asarray(schedule.log_lr) / math.log(2))
     return np.flatnonzero(np.diff(log2_r)).tolist()
-
-
-def _check_data(images, labels, probe, settings: TwinSettings):
-    for name, x in (("images", images), ("probe", probe)):
-        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim == 4):
-            raise ValueError(f"{name} must be a floating-point tensor (N, C, H, W); got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
-    if not isinstance(labels, torch.Tensor) or labels.shape != (len(images),):
-        raise ValueError(f"labels must be a tensor of shape ({len(images)},), one per image; got "
-                         f"{getattr(labels, 'shape', type(labels).__name__)}")
-    if not 1 <= settings.batch_size <= len(images):
-        raise ValueError(f"batch_size must be in [1, {len(images)}] (the images given); got {settings.batch_size}")
-    return images, labels.long(), probe
 
 
 def summarise(metrics: dict) -> dict:
