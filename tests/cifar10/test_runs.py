@@ -302,8 +302,8 @@ def test_a_run_is_trained_only_on_the_data_it_was_prepared_with(arrays, tmp_path
     other = make_synthetic(n_train=192, n_test=64, seed=3)
     with pytest.raises(RunError, match=r"prepared for the data synthetic\(.*seed=2\) \(sha256 [0-9a-f]{12}…\), "
                                  r"not synthetic\(.*seed=3\) \([0-9a-f]{12}…\); prepare it again"):
-        run.check_data(other)
-    run.check_data(arrays)
+        train_prepared(run, other, progress=False)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir()), "refused before the folder is touched"
 
 
 @pytest.mark.parametrize("changes, match", [

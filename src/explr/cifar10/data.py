@@ -1,8 +1,5 @@
-"""Where CIFAR-10 comes from: :func:`load_cifar10` reads every source of ``--data`` into :class:`CifarArrays`:
-``auto`` (downloaded, md5-checked), CIFAR-10's python batches (md5-checked before a restricted unpickler reads them),
-a ``.npz`` (headers checked, no pickles), an image-folder tree or a tar of one (:func:`load_image_folder`) and
-``synthetic``.  Bad data is one :class:`DataError` line naming the file (the CLI exits 2); nothing is created.
-"""
+"""Where CIFAR-10 comes from: :func:`load_cifar10` reads every source of ``--data`` into :class:`CifarArrays` (the
+sources and their checks: docs/cifar10-engine.md); bad data is one :class:`DataError` line naming the file."""
 from __future__ import annotations
 
 import bz2
@@ -29,7 +26,7 @@ from tqdm import tqdm
 
 from ..params import is_int
 from .config import available_memory
-from .runfolder import atomic_write, remove_stale_leftovers
+from .runfolder import atomic_write, remove_leftovers
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -67,7 +64,8 @@ DataIdentity = NamedTuple("DataIdentity", [("source", str), ("sha256", str), ("n
 @dataclass(frozen=True)
 class CifarArrays:
     """CIFAR-10 in memory: images uint8 ``(N, 32, 32, 3)`` RGB, labels int64 in 0..9; ``source`` a *name* (no path of
-    this machine), ``kind`` its format, ``files`` the checksums verified, ``sha256`` :func:`arrays_sha256`'s."""
+    this machine), ``kind`` its format, ``files`` the checksums verified, ``sha256`` over each array's dtype, shape
+    and bytes."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -80,7 +78,10 @@ class CifarArrays:
 
     def __post_init__(self):
         if not self.sha256:
-            object.__setattr__(self, "sha256", arrays_sha256(self.x_train, self.y_train, self.x_test, self.y_test))
+            h = hashlib.sha256()
+            for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+                h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
+            object.__setattr__(self, "sha256", h.hexdigest())
 
     @cached_property
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
@@ -107,14 +108,6 @@ class CifarArrays:
     def describe(self) -> dict:  # the data as a run's manifest records it
         return {"source": self.source, "kind": self.kind, "sha256": self.sha256, "files": dict(self.files),
                 "n_train": len(self.y_train), "n_test": len(self.y_test), "image_shape": list(self.x_train.shape[1:])}
-
-
-def arrays_sha256(*arrays) -> str:
-    """sha256 over each array's dtype, shape and bytes."""
-    h = hashlib.sha256()
-    for a in map(np.asarray, arrays):
-        h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
-    return h.hexdigest()
 
 
 def file_hash(path, algorithm="md5") -> str:
@@ -336,7 +329,7 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
         os.fsencode(rel) + b"\0" + hashlib.sha256(raw).digest() for rel, raw in images.items())).hexdigest()
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
     if cache is not None and cache.parent.is_dir():
-        remove_stale_leftovers(cache.parent)  # of writes that were killed
+        remove_leftovers(cache.parent, 3600)  # of killed writes (several processes may write there at once)
     if cache is not None and cache.is_file():  # used if its arrays hash to the sha256 it records, else rebuilt
         try:
             content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
@@ -366,10 +359,8 @@ def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: 
     """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
     ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
     root = Path(root).expanduser()
-    path = None if isinstance(data, CifarArrays) else Path(str(data)).expanduser()
-    if isinstance(data, CifarArrays):
-        arrays = data
-    elif str(data) == "synthetic":
+    path = Path(str(data)).expanduser()
+    if str(data) == "synthetic":
         arrays = make_synthetic()
     elif str(data) == "auto":
         there = all((root / CIFAR10_FOLDER / n).is_file() for n in BATCH_FILES)

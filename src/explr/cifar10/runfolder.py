@@ -1,7 +1,5 @@
-"""A run's folder ``<out>/<schedule>/seed<seed>/``: atomic writes, its lock (:class:`RunLock`: one writer per
-folder), the signals that end a run (:func:`handle_signals`), how a run stands or ended (:class:`Status`), its files
-(formats: docs/cifar10-engine.md, "A run folder"), :func:`check_run` (every check before a folder is used:
-:class:`RunError`, one line) and :func:`load_runs`."""
+"""A run's folder ``<out>/<schedule>/seed<seed>/``: atomic writes, its lock, the signals that end a run, its status,
+its files (formats: docs/cifar10-engine.md, "A run folder"), :func:`check_run` and :func:`load_runs`."""
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +19,9 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, TypedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -64,11 +62,6 @@ def remove_leftovers(folder, older_than_s: float = -float("inf")) -> list[str]:
                 p.unlink()
                 removed.append(p.name)
     return removed
-
-
-def remove_stale_leftovers(folder) -> list[str]:
-    """:func:`remove_leftovers` of a folder several processes write at once (the data cache): untouched for an hour."""
-    return remove_leftovers(folder, 3600)
 
 
 class DiskFull(Exception):
@@ -149,7 +142,6 @@ class RunLocked(RunError):
 
 
 def _read_pid(fd: int) -> int | None:
-    """The pid written in the open lock file ``fd``, or None."""
     with contextlib.suppress(OSError, ValueError):
         return int(os.pread(fd, 32, 0))
     return None
@@ -274,18 +266,9 @@ MAX_MANIFEST_BYTES = 1 << 24
 FORMAT = "explr.cifar10/1"
 _REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
 
-#: the numbers of a finished epoch (:meth:`~explr.cifar10.runs.Trainer.epoch_metrics`)
-EpochMetrics = TypedDict("EpochMetrics", {
-    "epoch": int, "step": int, "train_loss": float, "train_acc": float, "test_loss": float, "test_acc": float,
-    "lr": Optional[float], "log_lr": float, "lr_opt": float, "rescale": float, "log2_rescale": int,
-    "rescale_count": int, "weight_norm": Optional[float], "weight_norm_opt": float, "effective_lr": float,
-})
-#: the wall-clock seconds of an epoch (all, training, evaluation) and its training images per second
-Timings = TypedDict("Timings", {"seconds": float, "train_seconds": float, "eval_seconds": float, "images_per_s": float})
-#: one line of metrics.jsonl: the epoch's numbers, then its timings
-MetricsRow = TypedDict("MetricsRow", {**EpochMetrics.__annotations__, **Timings.__annotations__})
-#: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
-TIMING_KEYS = tuple(Timings.__annotations__)
+#: a metrics.jsonl row's last keys, after :meth:`~explr.cifar10.runs.Trainer.epoch_metrics`'s: an epoch's wall-clock
+#: seconds (all, training, evaluation) and its images per second, the only values not reproducible bit for bit
+TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
 #: the manifest's ``final``: the last row's epoch and the numbers a resume shows
 FINAL_KEYS = ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")
 #: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
@@ -385,25 +368,17 @@ def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.dev
             "elapsed_seconds": elapsed}
 
 
-def write_manifest(path, manifest: dict) -> None:
-    """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.runfolder.write_file`)."""
+def write_manifest(path, manifest: dict, **changes) -> None:
+    """Update ``manifest`` with ``changes`` and the time, and write it as indented JSON at ``path``, atomically."""
+    manifest.update(changes, updated=_now())
     write_file(path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
-
-
-def record_epoch(path, manifest: dict, digest: str, epochs_done: int, elapsed: float) -> None:
-    """Record in ``manifest`` (and write at ``path``) an epoch whose checkpoint, of sha256 ``digest``, is written."""
-    manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
-                     "epochs_done": epochs_done, "elapsed_seconds": elapsed})
-    write_manifest(path, manifest)
 
 
 def record_end(path, manifest: dict, status: Status, message: str, elapsed: float, history: list) -> None:
     """Record in ``manifest`` (and write at ``path``) how the run ended, and its last row's :data:`FINAL_KEYS`."""
-    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
-                     "epochs_done": len(history)})
-    if history:
-        manifest["final"] = {k: history[-1][k] for k in FINAL_KEYS}
-    write_manifest(path, manifest)
+    final = {"final": {k: history[-1][k] for k in FINAL_KEYS}} if history else {}
+    write_manifest(path, manifest, status=status, message=message, elapsed_seconds=elapsed,
+                   epochs_done=len(history), **final)
 
 
 def read_manifest(path) -> dict:
@@ -511,9 +486,6 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
     return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
 
 
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
-
-
 def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train on ``data`` into ``folder``: a resume with the same trajectory settings (one a checkpoint
@@ -523,7 +495,7 @@ def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, res
     if not (folder / CHECKPOINT).exists():
         return RunCheck(RunState.NEW, note=note)
     saved = checkpoint_of(folder, manifest)
-    old = {k: saved["config"].get(k, _DEFAULTS[k]) for k in TRAJECTORY_KEYS}
+    old = {k: saved["config"].get(k, getattr(TrainConfig, k)) for k in TRAJECTORY_KEYS}
     now = config_record(config)
     diff = [f"{k}={old[k]!r} (now {now[k]!r})" for k in TRAJECTORY_KEYS if old[k] != now[k]]
     diff += _resolved_mismatch(saved.get("resolved") or manifest.get("resolved", {}), resolved)

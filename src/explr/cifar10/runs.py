@@ -1,8 +1,6 @@
-"""One run: the hot loop (:class:`Trainer`), the on-device sampler (:class:`DeviceData`: a random 32×32 crop of the
-zero-padded image, flipped with probability ½, He et al. 2016; epoch ``e``'s from ``(seed, e)`` alone) and the run
-trained into its folder (:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`, :class:`RunResult`).  The
-exponential schedules play through :class:`~explr.lr_scheduler.PerStepLR` (Li & Arora 2020, Lemma 2.6).
-"""
+"""One run: the on-device sampler (:class:`DeviceData`), the hot loop (:class:`Trainer`; the exponential schedules
+play through :class:`~explr.lr_scheduler.PerStepLR`, Li & Arora 2020, Lemma 2.6) and the run trained into its folder
+(:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,13 +25,12 @@ from ..schedules import Schedule
 from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
 from .data import CifarArrays, DataIdentity, load_cifar10
-from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, EpochMetrics, MetricsRow, RunCheck,
-                        RunError, RunLock, RunState, Status, check_run, checkpoint_of, checkpoint_state, config_record,
-                        new_manifest, read_manifest, read_metrics, record_end, record_epoch, remove_leftovers,
-                        serialize_checkpoint, signal_name, write_file, write_manifest, write_metrics)
+from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, RunCheck, RunError, RunLock, RunState,
+                        Status, check_run, checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest,
+                        read_metrics, record_end, remove_leftovers, serialize_checkpoint, signal_name,
+                        write_file, write_manifest, write_metrics)
 
 
-# ----------------------------------------------------------------------------- on-device sampler
 @dataclass(frozen=True)
 class EpochPlan:
     """One epoch's randomness on the device: example order, crop offsets and flips (length ``steps·batch``)."""
@@ -48,7 +45,8 @@ class EpochPlan:
 
 class DeviceData:
     """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
-    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``; an epoch is ``n_train // batch_size`` full batches."""
+    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``: a random crop of the zero-padded image, flipped with
+    probability ½ (He et al. 2016); an epoch is ``n_train // batch_size`` full batches, drawn from ``(seed, epoch)``."""
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True):
@@ -119,7 +117,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def _finite(fn, *args) -> float | None:
-    """``fn(*args)`` (``math.exp``, ``math.ldexp``), or None (JSON null) where it exceeds float64."""
+    """``fn(*args)``, or None (JSON null) where it exceeds float64."""
     try:
         return fn(*args)
     except OverflowError:
@@ -222,7 +220,7 @@ class Trainer:
         n = self.data.n_test
         return loss_sum.item() / n, correct.item() / n
 
-    def epoch_metrics(self, epoch: int, sums, evaluation) -> EpochMetrics:
+    def epoch_metrics(self, epoch: int, sums, evaluation) -> dict:
         """A finished epoch's numbers: losses, accuracies, the schedule's lr (``None`` beyond float64; ``log_lr``),
         the optimizer's lr_opt = lr · R (R = 2^``log2_rescale``), ‖θ‖ = ‖θ_opt‖/√R, the effective lr lr_opt/‖θ_opt‖².
         Non-finite weights or test loss raise :class:`TrainingDiverged`."""
@@ -236,7 +234,7 @@ class Trainer:
         lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
                   else math.exp(log_lr + sched.log2_rescale * math.log(2)))
         norm = _finite(math.ldexp, norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
-        return EpochMetrics(
+        return dict(
             epoch=epoch + 1, step=(epoch + 1) * S, train_loss=loss_sum / S, train_acc=correct / n,
             test_loss=test_loss, test_acc=test_acc, lr=lr_sched, log_lr=log_lr, lr_opt=lr_opt,
             rescale=sched.rescale, log2_rescale=sched.log2_rescale, rescale_count=sched.rescale_count,
@@ -265,7 +263,6 @@ class Trainer:
         self.initial_loss = state.get("initial_loss")
 
 
-# ----------------------------------------------------------------------------- one run in its folder
 @dataclass(frozen=True)
 class PreparedRun:
     """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
@@ -278,12 +275,6 @@ class PreparedRun:
     data: DataIdentity
     schedule: Schedule
     check: RunCheck
-
-    def check_data(self, arrays: CifarArrays) -> None:
-        """:class:`RunError` unless ``arrays`` are the data this run was prepared with."""
-        if arrays.sha256 != self.data.sha256:
-            raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
-                           f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
 
 
 def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
@@ -311,7 +302,6 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     return PreparedRun(config, folder, resume, resolved, data, schedule, check)
 
 
-# ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
 class RunResult:
     """What became of one run: its folder ``out``, :class:`Status`, epochs done (``None``: not said), a message, its
@@ -326,7 +316,6 @@ class RunResult:
 
     @property
     def final(self) -> dict | None:
-        """The last metrics row (``None`` before the first epoch finished)."""
         return self.metrics[-1] if self.metrics else None
 
 
@@ -349,7 +338,9 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
-    run.check_data(arrays)
+    if arrays.sha256 != run.data.sha256:
+        raise RunError(f"{run.folder}: the run was prepared for the data {run.data.source} (sha256 "
+                       f"{run.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
     trainer = None if run.check.state is RunState.FINISHED else _trainer(run, arrays, model)  # before the lock
     with RunLock(run.folder) as lock:  # creates the folder
         remove_leftovers(run.folder)
@@ -410,17 +401,18 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
             evaluation = trainer.evaluate()
             t2 = time.perf_counter()
             timings = (t2 - t0, t1 - t0, t2 - t1, sums[2] / (t1 - t0))
-            row = MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
+            row = {**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings))}
             elapsed += time.perf_counter() - t0
             state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record, run.resolved,
                                      arrays.sha256, elapsed)
             data, digest = serialize_checkpoint(state)
-            manifest["checkpoint_sha256_writing"] = digest  # first: a kill between the writes leaves either accepted
-            write_manifest(out / MANIFEST, manifest)
+            # first: a kill between the two writes leaves either checkpoint accepted
+            write_manifest(out / MANIFEST, manifest, checkpoint_sha256_writing=digest)
             write_file(out / CHECKPOINT, lambda f, data=data: f.write(data))
             history.append(row)
             write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
-            record_epoch(out / MANIFEST, manifest, digest, epoch + 1, elapsed)
+            write_manifest(out / MANIFEST, manifest, checkpoint_sha256=digest, checkpoint_sha256_writing=None,
+                           epochs_done=epoch + 1, elapsed_seconds=elapsed)
             shown(S, *sums)  # the epoch's loss and accuracies
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
                 status, message = Status.INTERRUPTED, f"stopped after epoch {epoch + 1} (stop_after)"

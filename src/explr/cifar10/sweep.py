@@ -24,7 +24,6 @@ from .runfolder import (MANIFEST, METRICS, DiskFull, RunError, RunLocked, RunSta
 from .runs import PreparedRun, RunResult, TrainingDiverged, prepare_run, train_prepared
 
 
-# ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False, here: bool = True) -> list[dict]:
     """The checks of :func:`prepare` that need no data (a held folder, with ``skip_locked``, is left to it); returns
@@ -71,7 +70,6 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
     return arrays, runs
 
 
-# ----------------------------------------------------------------------------- several runs on this machine
 def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
@@ -205,7 +203,6 @@ def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
     return None
 
 
-# ----------------------------------------------------------------------------- a cluster, through submitit
 def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
                    wait: bool = True, timeout_min: int | None = None) -> None:
