@@ -535,7 +535,7 @@ def test_each_nonzero_exit_code_reads_back_as_its_status():
 
 @pytest.mark.parametrize("err, code", [(KeyboardInterrupt(), 130), (Terminated(signal.SIGTERM), 143),
                                        (Terminated(signal.SIGHUP), 129), (Terminated(signal.SIGUSR2), 140),
-                                       (DiskFull("x"), 6)])
+                                       (DiskFull("disk full while writing x"), 6)])
 def test_the_exit_code_of_an_interrupt_or_a_full_disk_reads_back_as_its_status(err, code):
     """What a worker exits with (:func:`explr.cifar10.runfolder.exit_code`) is what the pool reads back."""
     assert exit_code(err) == code

@@ -1,6 +1,5 @@
 """Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`), and what comes from it: the command line,
-the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan.
-"""
+the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan."""
 from __future__ import annotations
 
 import argparse

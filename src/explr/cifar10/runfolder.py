@@ -19,7 +19,8 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections import namedtuple
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,11 +66,7 @@ def remove_leftovers(folder, older_than_s: float = -float("inf")) -> list[str]:
 
 
 class DiskFull(Exception):
-    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
-
-    def __init__(self, path, message: str = ""):
-        self.path = Path(path)
-        super().__init__(message or f"disk full while writing {path}")
+    """The disk (or the quota) filled up while writing a file; ``str()`` is the line to show."""
 
 
 def write_file(path, write) -> None:
@@ -78,7 +75,7 @@ def write_file(path, write) -> None:
         atomic_write(path, write)
     except (OSError, RuntimeError) as err:
         if any(getattr(e, "errno", None) in DISK_FULL_ERRNOS for e in (err, err.__cause__, err.__context__)):
-            raise DiskFull(path) from err
+            raise DiskFull(f"disk full while writing {path}") from err
         raise
 
 
@@ -202,7 +199,7 @@ class RunLock:
             if isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.EISDIR):
                 raise not_a_lock(self.path) from None
             if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-                raise DiskFull(self.path) from None
+                raise DiskFull(f"disk full while writing {self.path}") from None
             raise
         self.fd = fd
         return self
@@ -417,13 +414,8 @@ def load_runs(out) -> list[dict]:
     return runs
 
 
-@dataclass
-class RunCheck:
-    """What :func:`check_run` found: its :class:`~explr.cifar10.runfolder.RunState`; ``note`` a line to show."""
-
-    state: RunState
-    epochs_done: int = 0
-    note: str = ""
+#: what :func:`check_run` found: its :class:`RunState`, the epochs done and a ``note`` to show
+RunCheck = namedtuple("RunCheck", "state epochs_done note", defaults=(0, ""))
 
 
 def config_record(config: TrainConfig) -> dict:

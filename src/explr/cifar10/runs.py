@@ -8,6 +8,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,16 +32,9 @@ from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, Ru
                         write_file, write_manifest, write_metrics)
 
 
-@dataclass(frozen=True)
-class EpochPlan:
-    """One epoch's randomness on the device: example order, crop offsets and flips (length ``steps·batch``)."""
-
-    epoch: int
-    index: torch.Tensor  # (n,) example ids, in the order they are used
-    base: torch.Tensor  # (n,) pixel offset of each example's crop window in the padded uint8 store
-    flip: torch.Tensor  # (n, 1) bool
-    steps: int
-    batch_size: int
+#: one epoch's randomness on the device, n = ``steps·batch_size``: the example ids in the order used (``index``, (n,)),
+#: the pixel offset of each crop window in the padded uint8 store (``base``, (n,)) and the flips (``flip``, (n, 1) bool)
+EpochPlan = namedtuple("EpochPlan", "epoch index base flip steps batch_size")
 
 
 class DeviceData:
@@ -332,9 +326,8 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` on ``arrays`` (its data; loaded if ``None``): the trainer built, then the lock
-    taken, a killed writer's temporary files removed, the folder checked again.  ``stop_after=k``: stop after epoch
-    k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal, a full disk: recorded, then raised."""
+    """Train the prepared ``run`` on ``arrays`` (loaded if ``None``) under its lock, its folder checked again there;
+    ``stop_after=k``: stop after epoch k ("interrupted").  Divergence, a signal, a full disk: recorded, then raised."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
