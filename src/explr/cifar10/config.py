@@ -8,7 +8,6 @@ import dataclasses
 import itertools
 import math
 import os
-import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -190,8 +189,7 @@ def default_decay_epochs(epochs: int) -> list[int]:
 
 
 class CommandLineParser(argparse.ArgumentParser):
-    """The engine's command-line parser (the CLI, the experiment scripts): an error is one line on stderr and exit
-    code 2, and a value that looks like a negative number is a value (argparse alone reads ``--wd -1e-4`` as flags)."""
+    """The engine's command-line parser: an error is one line and exit code 2; ``--wd -1e-4`` passes -1e-4 to --wd."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -215,8 +213,7 @@ def argument_type(name: str, rule):
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None) -> None:
-    """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared; the fields
-    whose metadata says ``sweep`` (or those named in ``sweep``) take several values."""
+    """A ``--flag`` per field of :class:`TrainConfig` (or of ``names``), grouped; ``sweep`` fields take many values."""
     groups = {}
     for f in [f for f in _FIELDS.values() if names is None or f.name in names]:
         meta = f.metadata
@@ -246,8 +243,7 @@ def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
 
 
 def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
-    """The flags that give ``config`` back through :func:`configs_from_args`: one per field that differs from its
-    default (every field with ``defaults=True``); a ``None`` (automatic) is left out."""
+    """The flags that give ``config`` back (:func:`configs_from_args`): its fields but defaults (all: ``defaults``)."""
     argv = []
     for name, f in _FIELDS.items():
         value = getattr(config, name)
@@ -305,11 +301,6 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 def param_dtype(precision: str) -> torch.dtype:
     """The weights' dtype under a resolved ``precision`` (bf16 autocasts the computation, not the weights)."""
     return torch.float64 if precision == "fp64" else torch.float32
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
 
 
 def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
@@ -370,10 +361,9 @@ PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
                     ablation: bool = True, paper_scale: bool = True, paper_seeds: Iterable[int] | None = None,
                     paper_epochs: int | None = None, **common) -> dict[str, list[TrainConfig]]:
-    """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (one list, or schedule → seeds);
-    ``ablation-none`` (if ``ablation`` and TEXP is among them): TEXP without momentum corrections, for TEXP's seeds;
-    ``paper-scale`` (if ``paper_scale``): step and TEXP at :data:`PAPER_SCALE` for ``paper_epochs`` (default
-    ``epochs``) and ``paper_seeds`` (default main's first).  ``common``: other fields, for every run."""
+    """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (a list, or schedule → seeds);
+    ``ablation-none``: TEXP without momentum corrections, TEXP's seeds; ``paper-scale``: step and TEXP at
+    :data:`PAPER_SCALE` for ``paper_epochs`` (default ``epochs``) and ``paper_seeds`` (default main's first)."""
     seeds = seeds if isinstance(seeds, Mapping) else dict.fromkeys(schedules, list(seeds))
     plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
                      for s in schedules for k in seeds.get(s, ())]}

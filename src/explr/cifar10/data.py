@@ -63,9 +63,8 @@ DataIdentity = NamedTuple("DataIdentity", [("source", str), ("sha256", str), ("n
 
 @dataclass(frozen=True)
 class CifarArrays:
-    """CIFAR-10 in memory: images uint8 ``(N, 32, 32, 3)`` RGB, labels int64 in 0..9; ``source`` a *name* (no path of
-    this machine), ``kind`` its format, ``files`` the checksums verified, ``sha256`` over each array's dtype, shape
-    and bytes."""
+    """CIFAR-10 in memory: images uint8 ``(N, 32, 32, 3)`` RGB, labels int64 in 0..9; ``source`` a *name*, ``kind``
+    its format, ``files`` the checksums verified, ``sha256`` over each array's dtype, shape and bytes."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -85,8 +84,7 @@ class CifarArrays:
 
     @cached_property
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-channel mean and standard deviation of the training images in [0, 1] units; :class:`DataError`
-        where a channel is constant (max == min, exact in uint8): nothing to learn, and normalising divides by 0."""
+        """Per-channel mean and standard deviation of the training images in [0, 1]; a constant channel: DataError."""
         lo, hi = self.x_train.min(axis=(0, 1, 2)), self.x_train.max(axis=(0, 1, 2))
         if np.any(lo == hi):
             constant = ", ".join(f"channel {c} is {lo[c]} everywhere" for c in np.flatnonzero(lo == hi))
@@ -210,8 +208,7 @@ def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
 
 
 def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_ARCHIVE_MD5) -> Path:
-    """Download CIFAR-10's python archive into ``root`` and extract it (torchvision, md5-checked); a failed download
-    removes the archive and the folders it made."""
+    """Download and extract CIFAR-10's archive into ``root`` (torchvision, md5-checked); a failure leaves nothing."""
     root = Path(root).expanduser()
     created = [p for p in (root, *root.parents) if not p.exists()]  # deepest first
     from torchvision.datasets.utils import download_and_extract_archive
@@ -228,8 +225,7 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
 
 
 def _decode_image(name: str, raw: bytes) -> np.ndarray:
-    """One 32×32 8-bit RGB PNG/JPEG → uint8 (32, 32, 3) (Pillow); anything else (a decompression bomb, a 16-bit PNG,
-    whose high bytes Pillow keeps, a damaged file) is a :class:`DataError` naming the file."""
+    """One 32×32 8-bit RGB PNG/JPEG → uint8 (32, 32, 3) (Pillow); anything else (a 16-bit PNG too) is a DataError."""
     from PIL import Image
 
     try:
@@ -246,8 +242,7 @@ def _decode_image(name: str, raw: bytes) -> np.ndarray:
 
 
 def _folder_entries(root: Path):
-    """(relative path, kind, size, read) of ``root/train``, ``root/test`` and what they hold, hidden entries left
-    out; a symbolic link is followed only where it stays inside ``root``."""
+    """(relative path, kind, size, read) of ``root``'s splits and what they hold, links followed inside ``root``."""
     top, todo = root.resolve(), [root / s for s in SPLITS if (root / s).exists()]
     while todo:
         p = todo.pop()
@@ -261,8 +256,7 @@ def _folder_entries(root: Path):
 
 
 def _tar_entries(path: Path):
-    """(relative path, kind, size, read) of a tar's members, streamed: ``read`` only before the next; paths are
-    relative to the tree's top folder (the first member's if it is not a split)."""
+    """(path in the tree, kind, size, read) of a tar's members, streamed: ``read`` only before the next member."""
     top = None
     with open(path, "rb") as f:
         # by its magic bytes, read in bounded chunks (tarfile's r|* inflates each 10 KiB whole: a bz2 bomb fills GBs)
@@ -279,8 +273,7 @@ def _tar_entries(path: Path):
 
 
 def _images(path: Path, source: str, archive: bool) -> dict:
-    """``{path: bytes}`` (a tar's decoded as they stream), sorted, of a tree's ``<split>/<class>/<image>``: only regular
-    files ≤ :data:`MAX_IMAGE_BYTES` are read; anything else in a split is refused, hidden files and others ignored."""
+    """``{path: bytes}`` (a tar's decoded), sorted, of a tree's images (the rule: docs/cifar10-engine.md)."""
     images = {}
     try:
         for rel, kind, size, read in _tar_entries(path) if archive else _folder_entries(path):
@@ -356,8 +349,8 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
 
 
 def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: int | None = None) -> CifarArrays:
-    """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
-    ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
+    """CIFAR-10 from ``data`` (``--data``); ``root``: the download folder, image folders cached in ``root/cache``;
+    ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
     root = Path(root).expanduser()
     path = Path(str(data)).expanduser()
     if str(data) == "synthetic":
@@ -378,8 +371,7 @@ def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: 
 
 
 def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise: float = 40.0) -> CifarArrays:
-    """A learnable CIFAR-shaped stand-in (tests, smoke runs): each class a blocky random colour pattern plus pixel
-    noise; uint8 ``(N, 32, 32, 3)`` images, balanced shuffled labels."""
+    """A learnable CIFAR-shaped stand-in (tests, smoke runs): each class a blocky colour pattern, plus pixel noise."""
     if bad := next(((k, v) for k, v in (("n_train", n_train), ("n_test", n_test)) if not (is_int(v) and v >= 1)), 0):
         raise ValueError(f"{bad[0]} must be a positive integer; got {bad[1]!r}")
     rng, arrays = np.random.default_rng(seed), []

@@ -242,9 +242,7 @@ def handle_signals():
 
 def exit_code(err: KeyboardInterrupt | DiskFull) -> int:
     """The exit code of a process ``err`` ended: 6 for a full disk, else 128 + the signal's number (SIGINT: 130)."""
-    if isinstance(err, DiskFull):
-        return Status.DISK_FULL.exit_code
-    return 128 + getattr(err, "signum", signal.SIGINT)  # a plain KeyboardInterrupt: ^C
+    return Status.DISK_FULL.exit_code if isinstance(err, DiskFull) else 128 + getattr(err, "signum", signal.SIGINT)
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
@@ -315,8 +313,7 @@ def serialize_checkpoint(state: dict) -> tuple[bytes, str]:
 
 
 def checkpoint_of(folder, manifest: dict) -> dict:
-    """``folder/checkpoint.pt``, checked: readable, with this engine's keys, and the file ``manifest`` recorded (its
-    sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
+    """``folder/checkpoint.pt`` if readable, this engine's and the file ``manifest`` recorded; else a RunError."""
     path = Path(folder) / CHECKPOINT
     again = f"delete the folder {path.parent} to train this run again from the start"
     try:
@@ -352,9 +349,11 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, device_name: str, data: dict,
-                 epochs_done: int, elapsed: float) -> dict:
+def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, data: dict, epochs_done: int,
+                 elapsed: float) -> dict:
     """The manifest of a run starting (or resuming, ``previous`` its manifest) at ``epochs_done``, status running."""
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     return {**previous, "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config,
             "resolved": resolved, "devices": list(dict.fromkeys([*previous.get("devices", []), device_name])),
             "data": data, "environment": {
@@ -425,8 +424,7 @@ def config_record(config: TrainConfig) -> dict:
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    """The resolved settings that differ: the device's type, the precision, the threads on a CPU (its results depend on
-    them); one unresolved (``auto``, ``None``: the training node checks it) is not compared."""
+    """The resolved settings that differ: device type, precision, threads on a CPU (not ``auto`` nor ``None``)."""
     def kind(resolved):
         return resolved.get("device") not in (None, "auto") and torch.device(resolved["device"]).type
 
@@ -457,8 +455,7 @@ def check_writable(path) -> None:
 
 
 def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str, dict] | None:
-    """:func:`check_run`'s checks before the data loads (path, folder, lock, a run there without ``resume``, manifest);
-    ``None`` where no folder exists, else (a stale lock's note or "", the manifest or {})."""
+    """:func:`check_run`'s checks that need no data; ``None`` without a folder, else (a stale lock's note, manifest)."""
     folder = Path(folder)
     _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():

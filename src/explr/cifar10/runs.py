@@ -23,7 +23,7 @@ from ..lr_scheduler import PerStepLR, check_rescale_above
 from ..models import PreResNet
 from ..params import is_int
 from ..schedules import Schedule
-from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
+from .config import (TrainConfig, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
 from .data import CifarArrays, DataIdentity, load_cifar10
 from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, RunCheck, RunError, RunLock, RunState,
@@ -38,9 +38,8 @@ EpochPlan = namedtuple("EpochPlan", "epoch index base flip steps batch_size")
 
 
 class DeviceData:
-    """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
-    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``: a random crop of the zero-padded image, flipped with
-    probability ½ (He et al. 2016); an epoch is ``n_train // batch_size`` full batches, drawn from ``(seed, epoch)``."""
+    """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std``, ``(B, 3, H, W)``: a random
+    crop of the zero-padded image, flipped with probability ½ (He et al. 2016), drawn from ``(seed, epoch)``."""
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True):
@@ -259,8 +258,7 @@ class Trainer:
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
-    identity, the ``schedule`` it plays, what ``check`` found in its folder (``check.state``: new, resume, finished)."""
+    """A run ready to train (:func:`prepare_run`): what it plays on which data, and what ``check`` found there."""
 
     config: TrainConfig
     folder: Path
@@ -315,8 +313,7 @@ class RunResult:
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
-    """Train one run into the folder ``out``: :func:`prepare_run`, then :func:`train_prepared`.  ``resume=True``
-    continues from ``out``'s checkpoint if there is one (a finished run is returned as it is)."""
+    """Train one run into the folder ``out`` (``resume``: from its checkpoint): prepare it, then train it."""
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
@@ -378,8 +375,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
     record = config_record(config)
-    manifest = new_manifest(previous, record, trainer.describe(), trainer.device, device_name(trainer.device),
-                            arrays.describe(), start, elapsed)
+    manifest = new_manifest(previous, record, trainer.describe(), trainer.device, arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
                disable=not progress, position=position, dynamic_ncols=True, unit="step", file=sys.stderr)

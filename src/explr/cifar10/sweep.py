@@ -238,19 +238,6 @@ class RunJob:
         return DelayedSubmission(RunJob(dataclasses.replace(self.run, resume=True)))
 
 
-def check_slurm(flags: list[str]) -> None:
-    """``sbatch --test-only`` (nothing is submitted): a job with ``flags`` that SLURM refuses is a ValueError line."""
-    try:
-        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:  # no sbatch (not a SLURM cluster?), or no answer
-        raise ValueError(f"--cluster slurm: sbatch failed ({err}); --cluster local runs the jobs here") from None
-    if r.returncode != 0:
-        lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-        lines = lines or [f"exit code {r.returncode}"]
-        reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
-        raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
-
-
 def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
            timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
            account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
@@ -278,7 +265,17 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     if cluster == "slurm":
         asked = {"time": timeout_min, "partition": partition, "account": account, "gpus-per-node": gpus_per_run,
                  "cpus-per-task": cpus_per_run}
-        check_slurm([f"--{name}={value}" for name, value in asked.items() if value])
+        flags = [f"--{name}={value}" for name, value in asked.items() if value]
+        try:  # would SLURM run these jobs? (--test-only submits nothing)
+            r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True,
+                               timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:  # no sbatch (not a SLURM cluster?), or no answer
+            raise ValueError(f"--cluster slurm: sbatch failed ({err}); --cluster local runs the jobs here") from None
+        if r.returncode != 0:
+            lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+            lines = lines or [f"exit code {r.returncode}"]
+            reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
+            raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
     try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
         executor = submitit.AutoExecutor(folder=Path(out) / ".submitit", cluster=cluster)
     except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
