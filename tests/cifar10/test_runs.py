@@ -118,7 +118,7 @@ def test_a_stale_lock_of_a_dead_process_is_reported_and_the_run_resumes(arrays, 
     (tmp_path / f".checkpoint.pt.{dead.pid}.abc123de.tmp").write_bytes(b"half a checkpoint")  # a write killed midway
     r = train_run(cfg, tmp_path, arrays, progress=False, resume=True)
     assert r.status == "finished" and r.epochs_done == 3
-    assert f"stale lock of process {dead.pid}" in capsys.readouterr().err
+    assert f"stale lock: {tmp_path / '.lock'} names process {dead.pid}, which" in capsys.readouterr().err
     assert not list(tmp_path.glob(".*.tmp"))
     assert (tmp_path / ".lock").read_text() == ""  # released cleanly
 

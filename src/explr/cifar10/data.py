@@ -129,7 +129,8 @@ def _checked(arrays: dict, path, **fields) -> CifarArrays:
     return CifarArrays(**arrays, **fields)
 
 
-def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
+def check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
+    """A ``batch_size`` larger than the ``n_train`` images of ``source`` is a DataError (``None``: not checked)."""
     if batch_size is not None and batch_size > n_train:
         raise DataError(f"batch_size (--batch-size) {batch_size} exceeds the {n_train} training images of {source}")
 
@@ -299,7 +300,7 @@ def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | No
     if not train or train != test:
         raise DataError(f"{source}: train/ and test/ must hold images of the same classes (only in train: "
                         f"{sorted(train - test)}; only in test: {sorted(test - train)}). {HOW_TO_GET}")
-    _check_batch_size(len(order["train"]), batch_size, source)
+    check_batch_size(len(order["train"]), batch_size, source)
     for rel in tqdm([r for r, v in images.items() if isinstance(v, bytes)], desc=f"decoding {source}", unit="img",
                     file=sys.stderr, disable=not progress, leave=False):
         images[rel] = _decode_image(f"{source}: {rel}", images[rel])
@@ -366,7 +367,7 @@ def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: 
         arrays = load_npz(path)
     else:
         raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic' or a path). {HOW_TO_GET}")
-    _check_batch_size(len(arrays.y_train), batch_size, arrays.source)
+    check_batch_size(len(arrays.y_train), batch_size, arrays.source)
     return arrays
 
 

@@ -172,7 +172,7 @@ def locked_message(folder: Path, pid: int | None) -> str:
 
 class RunLock:
     """An exclusive ``fcntl.flock`` (the kernel releases it however its process dies) on ``folder/.lock``, created with
-    the folder and never deleted; it holds the pid (one left unlocked: ``stale_pid``)."""
+    the folder and never deleted; it holds the pid (one left unlocked: a stale lock, see :func:`check_folder`)."""
 
     def __init__(self, folder):
         self.path = Path(folder) / LOCK
@@ -189,8 +189,6 @@ class RunLock:
                 time.sleep(0.05)
             else:
                 raise RunLocked(locked_message(self.path.parent, _read_pid(fd)))
-            previous = _read_pid(fd)
-            self.stale_pid = previous if previous != os.getpid() else None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException as err:

@@ -25,7 +25,7 @@ from ..params import is_int
 from ..schedules import Schedule
 from .config import (TrainConfig, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
-from .data import CifarArrays, DataIdentity, load_cifar10
+from .data import CifarArrays, DataIdentity, check_batch_size, load_cifar10
 from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, RunCheck, RunError, RunLock, RunState,
                         Status, check_run, checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest,
                         read_metrics, record_end, remove_leftovers, serialize_checkpoint, signal_name,
@@ -276,9 +276,7 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     config.validate()
     resolved = resolved if resolved is not None else resolved_settings(config, jobs)
     folder, data, limit = Path(folder), arrays.identity, rescale_limit(config)
-    if config.batch_size > data.n_train:
-        raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {data.n_train} training images "
-                         f"of {data.source}")
+    check_batch_size(data.n_train, config.batch_size, data.source)
     where = (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
              f"{config.momentum:g}, --epochs {config.epochs}{'' if limit is None else f', --rescale-above {limit:g}'})")
     try:
@@ -332,12 +330,11 @@ def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progr
         raise RunError(f"{run.folder}: the run was prepared for the data {run.data.source} (sha256 "
                        f"{run.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
     trainer = None if run.check.state is RunState.FINISHED else _trainer(run, arrays, model)  # before the lock
-    with RunLock(run.folder) as lock:  # creates the folder
+    with RunLock(run.folder):  # creates the folder
         remove_leftovers(run.folder)
         check = check_run(c, run.folder, run.data, run.resume, run.resolved, holding_lock=True)
-        if lock.stale_pid:
-            print(f"{run.folder}: stale lock of process {lock.stale_pid} (killed?); continuing from its last "
-                  "checkpoint", file=sys.stderr)
+        if run.check.note:  # a stale lock, seen when the run was prepared
+            print(run.check.note, file=sys.stderr)
         if check.state is RunState.FINISHED:
             return _finished(run.folder)
         trainer = trainer or _trainer(run, arrays, model)

@@ -42,7 +42,7 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
-    """Check every run of the sweep and show its notes; creates nothing.  ``(arrays, runs)``: the data (loaded once if
+    """Check every run of the sweep; creates nothing.  ``(arrays, runs)``: the data (loaded once if
     not given), each config's :class:`~explr.cifar10.runs.PreparedRun` (``skip_locked``: or its :class:`RunLocked`)."""
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
@@ -60,9 +60,6 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
             if not skip_locked:
                 raise
             runs.append(err)
-    for run in runs:
-        if not isinstance(run, RunLocked) and run.check.note:
-            print(run.check.note, file=sys.stderr)
     return arrays, runs
 
 
