@@ -184,8 +184,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
-    """CIFAR-10's python batches in ``folder``, each md5-checked (``md5``: name → md5, default
-    :data:`CIFAR10_FILES_MD5`) before it is unpickled; rows of 3072 bytes (R, G, B planes of 32×32) become HWC."""
+    """CIFAR-10's python batches in ``folder``, unpickled once md5-checked (``md5``: name → md5; default: official)."""
     folder = Path(folder)
     md5 = CIFAR10_FILES_MD5 if md5 is None else md5
     if missing := [n for n in BATCH_FILES if not (folder / n).is_file()]:

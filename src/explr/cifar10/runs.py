@@ -294,8 +294,7 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
 
 @dataclass(frozen=True)
 class RunResult:
-    """What became of one run: its folder ``out``, :class:`Status`, epochs done (``None``: not said), a message, its
-    metrics rows, the ``job_id`` of a run submitted without waiting; :attr:`final` is its last metrics row."""
+    """What became of one run (``epochs_done``: ``None`` if not said; ``job_id``: a job submitted without waiting)."""
 
     out: Path
     status: Status
