@@ -28,6 +28,9 @@ from explr.cifar10.config import TrainConfig, config_to_argv
 from explr.cifar10.data import CLASSES, CifarArrays, NPZ_KEYS, file_hash, make_synthetic
 from explr.cifar10.runfolder import TIMING_KEYS, read_metrics
 
+#: the keys of a metrics.jsonl row before its TIMING_KEYS (Trainer.epoch_metrics), as docs/cifar10-engine.md lists them
+EPOCH_KEYS = ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr", "log_lr", "lr_opt", "rescale",
+              "log2_rescale", "rescale_count", "weight_norm", "weight_norm_opt", "effective_lr")
 TINY = dict(epochs=3, batch_size=32, depth=8, threads=1, eval_batch_size=64, log_every=2)
 #: TINY on the command line (--epochs 3 --batch-size 32 ...), without progress bars
 CLI_TINY = [*config_to_argv(TrainConfig(**TINY)), "--no-progress"]

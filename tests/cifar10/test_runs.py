@@ -118,7 +118,7 @@ def test_a_stale_lock_of_a_dead_process_is_reported_and_the_run_resumes(arrays, 
     (tmp_path / f".checkpoint.pt.{dead.pid}.abc123de.tmp").write_bytes(b"half a checkpoint")  # a write killed midway
     r = train_run(cfg, tmp_path, arrays, progress=False, resume=True)
     assert r.status == "finished" and r.epochs_done == 3
-    assert f"stale lock of process {dead.pid}" in capsys.readouterr().err
+    assert f"stale lock: {tmp_path / '.lock'} names process {dead.pid}, which" in capsys.readouterr().err
     assert not list(tmp_path.glob(".*.tmp"))
     assert (tmp_path / ".lock").read_text() == ""  # released cleanly
 
@@ -302,8 +302,8 @@ def test_a_run_is_trained_only_on_the_data_it_was_prepared_with(arrays, tmp_path
     other = make_synthetic(n_train=192, n_test=64, seed=3)
     with pytest.raises(RunError, match=r"prepared for the data synthetic\(.*seed=2\) \(sha256 [0-9a-f]{12}…\), "
                                  r"not synthetic\(.*seed=3\) \([0-9a-f]{12}…\); prepare it again"):
-        run.check_data(other)
-    run.check_data(arrays)
+        train_prepared(run, other, progress=False)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir()), "refused before the folder is touched"
 
 
 @pytest.mark.parametrize("changes, match", [

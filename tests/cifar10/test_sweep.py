@@ -342,7 +342,7 @@ def test_slurm_without_slurm_is_one_line(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("err, status", [(DiskFull("seed0/checkpoint.pt", "disk full while writing (test)"),
+@pytest.mark.parametrize("err, status", [(DiskFull("disk full while writing seed0/checkpoint.pt (test)"),
                                           Status.DISK_FULL),
                                          (TrainingDiverged("the training loss is nan (test)"), Status.DIVERGED)])
 def test_a_job_stopped_by_a_full_disk_or_divergence_returns_its_status(err, status, tmp_path, monkeypatch):

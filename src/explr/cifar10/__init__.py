@@ -1,9 +1,6 @@
 """The CIFAR-10 engine: Li & Arora's (ICLR 2020, Sec. 5) schedules on a scale-invariant PreResNet, resumable runs.
-
-Its modules, one concern each (how they work together: docs/cifar10-engine.md): ``config`` (the settings),
-``data``, ``runfolder`` (a run's files, lock and signals), ``runs`` (one run), ``sweep`` (many runs, here or as
-submitit jobs), ``results`` (the committed ones) and ``__main__`` (the command line).
-"""
+Modules: ``config`` (the settings), ``data``, ``runfolder`` (a run's files, lock and signals), ``runs`` (one run),
+``sweep`` (many), ``results`` (the committed ones), ``__main__`` (the command line); docs/cifar10-engine.md."""
 from .config import SCHEDULES, TrainConfig, default_decay_epochs, experiment_plan, played_schedule
 from .data import CifarArrays, DataError, load_cifar10, make_synthetic
 from .results import committed_results, experiment_runs

@@ -1,11 +1,7 @@
-"""Command line: train the paper's CIFAR-10 schedules on a (scale-invariant) PreResNet.
+"""Command line: train the paper's CIFAR-10 schedules on a (scale-invariant) PreResNet, each (schedule, seed) pair
+into ``<out>/<schedule>/seed<seed>/``, e.g. (options: ``--help``; exit codes: docs/cifar10-engine.md)
 
     python -m explr.cifar10 --schedule step texp texp-- cosine cosine-texp --seed 0 1 --epochs 200 --data auto
-
-trains every (schedule, seed) pair into ``<out>/<schedule>/seed<seed>/``; ``--resume`` continues interrupted runs,
-skips finished ones and starts missing ones.  Options: :class:`~explr.cifar10.config.TrainConfig`'s fields, ``--help``.
-Exit codes (:class:`~explr.cifar10.runfolder.Status`): 0 finished; 2 bad settings, data or run folders (one line, nothing
-written); 3 diverged; 4 a run folder taken meanwhile; 5 a worker or job failed; 6 disk full; 128 + n after signal n.
 """
 from __future__ import annotations
 

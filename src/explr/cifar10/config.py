@@ -1,6 +1,5 @@
 """Every setting of a CIFAR-10 run, declared once (:class:`TrainConfig`), and what comes from it: the command line,
-the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan.
-"""
+the schedule played (Li & Arora 2020, Sec. 5), the device, precision and threads, and chapter 6's plan."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +8,6 @@ import dataclasses
 import itertools
 import math
 import os
-import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +29,6 @@ SCHEDULES = ("step", "texp", "texp--", "cosine", "cosine-texp")
 EXPONENTIAL = ("texp", "texp--", "cosine-texp")
 #: the values of ``--precision``: fp32; bf16 (autocast, fp32 weights); fp64; auto (bf16 on CUDA, else fp32).
 PRECISIONS = ("auto", "fp32", "bf16", "fp64")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 #: float32's smallest normal and largest value: every lr the optimizer plays stays in between.
 LR_MIN, LR_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 #: the largest ``rescale_above``: float32's largest value / 4 (:func:`~explr.lr_scheduler.max_rescale_above`).
@@ -43,12 +40,8 @@ MAX_DEPTH = 1202
 MAX_THREADS = MAX_JOBS = 1024
 #: the largest N of ``cuda:N`` (torch keeps a device index in 8 bits).
 MAX_DEVICE_INDEX = 127
-#: the largest BatchNorm epsilon (0.1 already damps a unit-variance channel by 5 %).
-BN_EPS_MAX = 0.1
 #: the rules of a folder setting (``--data-root``, ``--out``) and of ``--jobs``.
 FOLDER, JOBS = Text("a folder"), Int(1, maximum=MAX_JOBS)
-#: where step decay multiplies the lr by default: at 50 % and 75 % of training (He et al. 2016's CIFAR recipe).
-DEFAULT_DECAY_AT = (Fraction(1, 2), Fraction(3, 4))
 
 
 @dataclass(frozen=True)
@@ -117,7 +110,7 @@ class TrainConfig:
     bn_eps: float = setting(1e-5, "BatchNorm epsilon, a small stabiliser added to each channel's batch variance: at "
                             "most 0.1, which already damps a unit-variance channel by 5%% and breaks the scale "
                             "invariance in proportion (larger values make the outputs constant)",
-                            Float(0, BN_EPS_MAX, hi_open=False), "model")
+                            Float(0, 0.1, hi_open=False), "model")
     augment: bool = setting(True, "random crop (pad 4) and horizontal flip of training images", Flag(), "data")
     data: str = setting("auto", "'auto' (download CIFAR-10 into --data-root, md5-checked), 'synthetic' (small "
                         "generated stand-in), a .npz with x_train,y_train,x_test,y_test (uint8, HWC), a folder with "
@@ -132,7 +125,7 @@ class TrainConfig:
                              "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
     channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
                                   "hardware", trajectory=False)
-    compile: str = setting("none", "torch.compile mode for the model", Choice(COMPILE_MODES), "hardware",
+    compile: str = setting("none", "torch.compile mode for the model", Choice(("none", "default", "reduce-overhead", "max-autotune")), "hardware",
                            trajectory=False)
     threads: int | None = setting(
         None, "torch CPU threads (default: the CPUs this process may use (its CPU affinity), minus one "
@@ -191,13 +184,12 @@ def milestones_at(epochs: int, fractions) -> list[int]:
 
 
 def default_decay_epochs(epochs: int) -> list[int]:
-    """Step-decay milestones at :data:`DEFAULT_DECAY_AT`, 50 % and 75 % of training ([100, 150] for 200 epochs)."""
-    return milestones_at(epochs, DEFAULT_DECAY_AT)
+    """Step-decay milestones at 50 % and 75 % of training ([100, 150] for 200 epochs; He et al. 2016's recipe)."""
+    return milestones_at(epochs, (Fraction(1, 2), Fraction(3, 4)))
 
 
 class CommandLineParser(argparse.ArgumentParser):
-    """The engine's command-line parser (the CLI, the experiment scripts): an error is one line on stderr and exit
-    code 2, and a value that looks like a negative number is a value (argparse alone reads ``--wd -1e-4`` as flags)."""
+    """The engine's command-line parser: an error is one line and exit code 2; ``--wd -1e-4`` passes -1e-4 to --wd."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -221,8 +213,7 @@ def argument_type(name: str, rule):
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, names=None, sweep=None) -> None:
-    """Add a ``--flag`` for every field of :class:`TrainConfig` (or only ``names``), grouped as declared; the fields
-    whose metadata says ``sweep`` (or those named in ``sweep``) take several values."""
+    """A ``--flag`` per field of :class:`TrainConfig` (or of ``names``), grouped; ``sweep`` fields take many values."""
     groups = {}
     for f in [f for f in _FIELDS.values() if names is None or f.name in names]:
         meta = f.metadata
@@ -252,8 +243,7 @@ def configs_from_args(args, sweep=("schedule", "seed")) -> list[TrainConfig]:
 
 
 def config_to_argv(config: TrainConfig, *, defaults: bool = False) -> list[str]:
-    """The flags that give ``config`` back through :func:`configs_from_args`: one per field that differs from its
-    default (every field with ``defaults=True``); a ``None`` (automatic) is left out."""
+    """The flags that give ``config`` back (:func:`configs_from_args`): its fields but defaults (all: ``defaults``)."""
     argv = []
     for name, f in _FIELDS.items():
         value = getattr(config, name)
@@ -313,11 +303,6 @@ def param_dtype(precision: str) -> torch.dtype:
     return torch.float64 if precision == "fp64" else torch.float32
 
 
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
-
-
 def worker_gpus(workers: int, visible: str | None = None) -> list[str | None]:
     """``CUDA_VISIBLE_DEVICES`` of each worker: GPU i mod G of the parent's ``visible`` GPUs; ``None`` with no GPU."""
     count = torch.cuda.device_count()
@@ -371,16 +356,14 @@ def rescale_limit(config: TrainConfig) -> float | None:
 
 #: the paper-scale pair: ten times the weight decay, rescaled whenever the lr passes 1, decays at 2/3 and 5/6.
 PAPER_SCALE = {"wd": 5e-3, "rescale_above": 1.0}
-PAPER_SCALE_DECAY_AT = (Fraction(2, 3), Fraction(5, 6))
 
 
 def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[int]], *, schedules=SCHEDULES,
                     ablation: bool = True, paper_scale: bool = True, paper_seeds: Iterable[int] | None = None,
                     paper_epochs: int | None = None, **common) -> dict[str, list[TrainConfig]]:
-    """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (one list, or schedule → seeds);
-    ``ablation-none`` (if ``ablation`` and TEXP is among them): TEXP without momentum corrections, for TEXP's seeds;
-    ``paper-scale`` (if ``paper_scale``): step and TEXP at :data:`PAPER_SCALE` for ``paper_epochs`` (default
-    ``epochs``) and ``paper_seeds`` (default main's first).  ``common``: other fields, for every run."""
+    """Chapter 6's plan: ``main``, each of ``schedules`` × its ``seeds`` (a list, or schedule → seeds);
+    ``ablation-none``: TEXP without momentum corrections, TEXP's seeds; ``paper-scale``: step and TEXP at
+    :data:`PAPER_SCALE` for ``paper_epochs`` (default ``epochs``) and ``paper_seeds`` (default main's first)."""
     seeds = seeds if isinstance(seeds, Mapping) else dict.fromkeys(schedules, list(seeds))
     plan = {"main": [TrainConfig(schedule=s, seed=k, epochs=epochs, **common)
                      for s in schedules for k in seeds.get(s, ())]}
@@ -389,7 +372,8 @@ def experiment_plan(epochs: int, seeds: Iterable[int] | Mapping[str, Iterable[in
                                  for k in seeds.get("texp", ())]
     if paper_scale:
         E = paper_epochs or epochs
-        paper = {**common, **PAPER_SCALE, "epochs": E, "decay_epochs": tuple(milestones_at(E, PAPER_SCALE_DECAY_AT))}
+        decays = tuple(milestones_at(E, (Fraction(2, 3), Fraction(5, 6))))
+        paper = {**common, **PAPER_SCALE, "epochs": E, "decay_epochs": decays}
         paper_seeds = [c.seed for c in plan["main"]][:1] if paper_seeds is None else paper_seeds
         plan["paper-scale"] = [TrainConfig(schedule=s, seed=k, **paper) for k in paper_seeds for s in ("step", "texp")]
     return plan

@@ -1,8 +1,5 @@
-"""Where CIFAR-10 comes from: :func:`load_cifar10` reads every source of ``--data`` into :class:`CifarArrays`:
-``auto`` (downloaded, md5-checked), CIFAR-10's python batches (md5-checked before a restricted unpickler reads them),
-a ``.npz`` (headers checked, no pickles), an image-folder tree or a tar of one (:func:`load_image_folder`) and
-``synthetic``.  Bad data is one :class:`DataError` line naming the file (the CLI exits 2); nothing is created.
-"""
+"""Where CIFAR-10 comes from: :func:`load_cifar10` reads every source of ``--data`` into :class:`CifarArrays` (the
+sources and their checks: docs/cifar10-engine.md); bad data is one :class:`DataError` line naming the file."""
 from __future__ import annotations
 
 import bz2
@@ -29,7 +26,7 @@ from tqdm import tqdm
 
 from ..params import is_int
 from .config import available_memory
-from .runfolder import atomic_write, remove_stale_leftovers
+from .runfolder import atomic_write, remove_leftovers
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -66,8 +63,8 @@ DataIdentity = NamedTuple("DataIdentity", [("source", str), ("sha256", str), ("n
 
 @dataclass(frozen=True)
 class CifarArrays:
-    """CIFAR-10 in memory: images uint8 ``(N, 32, 32, 3)`` RGB, labels int64 in 0..9; ``source`` a *name* (no path of
-    this machine), ``kind`` its format, ``files`` the checksums verified, ``sha256`` :func:`arrays_sha256`'s."""
+    """CIFAR-10 in memory: images uint8 ``(N, 32, 32, 3)`` RGB, labels int64 in 0..9; ``source`` a *name*, ``kind``
+    its format, ``files`` the checksums verified, ``sha256`` over each array's dtype, shape and bytes."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -80,12 +77,14 @@ class CifarArrays:
 
     def __post_init__(self):
         if not self.sha256:
-            object.__setattr__(self, "sha256", arrays_sha256(self.x_train, self.y_train, self.x_test, self.y_test))
+            h = hashlib.sha256()
+            for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+                h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
+            object.__setattr__(self, "sha256", h.hexdigest())
 
     @cached_property
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-channel mean and standard deviation of the training images in [0, 1] units; :class:`DataError`
-        where a channel is constant (max == min, exact in uint8): nothing to learn, and normalising divides by 0."""
+        """Per-channel mean and standard deviation of the training images in [0, 1]; a constant channel: DataError."""
         lo, hi = self.x_train.min(axis=(0, 1, 2)), self.x_train.max(axis=(0, 1, 2))
         if np.any(lo == hi):
             constant = ", ".join(f"channel {c} is {lo[c]} everywhere" for c in np.flatnonzero(lo == hi))
@@ -109,14 +108,6 @@ class CifarArrays:
                 "n_train": len(self.y_train), "n_test": len(self.y_test), "image_shape": list(self.x_train.shape[1:])}
 
 
-def arrays_sha256(*arrays) -> str:
-    """sha256 over each array's dtype, shape and bytes."""
-    h = hashlib.sha256()
-    for a in map(np.asarray, arrays):
-        h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
-    return h.hexdigest()
-
-
 def file_hash(path, algorithm="md5") -> str:
     h = hashlib.new(algorithm)
     with open(path, "rb") as f:
@@ -138,7 +129,8 @@ def _checked(arrays: dict, path, **fields) -> CifarArrays:
     return CifarArrays(**arrays, **fields)
 
 
-def _check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
+def check_batch_size(n_train: int, batch_size: int | None, source: str) -> None:
+    """A ``batch_size`` larger than the ``n_train`` images of ``source`` is a DataError (``None``: not checked)."""
     if batch_size is not None and batch_size > n_train:
         raise DataError(f"batch_size (--batch-size) {batch_size} exceeds the {n_train} training images of {source}")
 
@@ -192,8 +184,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
-    """CIFAR-10's python batches in ``folder``, each md5-checked (``md5``: name → md5, default
-    :data:`CIFAR10_FILES_MD5`) before it is unpickled; rows of 3072 bytes (R, G, B planes of 32×32) become HWC."""
+    """CIFAR-10's python batches in ``folder``, unpickled once md5-checked (``md5``: name → md5; default: official)."""
     folder = Path(folder)
     md5 = CIFAR10_FILES_MD5 if md5 is None else md5
     if missing := [n for n in BATCH_FILES if not (folder / n).is_file()]:
@@ -217,8 +208,7 @@ def read_cifar_batches(folder, md5: dict | None = None) -> CifarArrays:
 
 
 def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_ARCHIVE_MD5) -> Path:
-    """Download CIFAR-10's python archive into ``root`` and extract it (torchvision, md5-checked); a failed download
-    removes the archive and the folders it made."""
+    """Download and extract CIFAR-10's archive into ``root`` (torchvision, md5-checked); a failure leaves nothing."""
     root = Path(root).expanduser()
     created = [p for p in (root, *root.parents) if not p.exists()]  # deepest first
     from torchvision.datasets.utils import download_and_extract_archive
@@ -235,8 +225,7 @@ def download_cifar10(root, url: str = CIFAR10_URL, archive_md5: str = CIFAR10_AR
 
 
 def _decode_image(name: str, raw: bytes) -> np.ndarray:
-    """One 32×32 8-bit RGB PNG/JPEG → uint8 (32, 32, 3) (Pillow); anything else (a decompression bomb, a 16-bit PNG,
-    whose high bytes Pillow keeps, a damaged file) is a :class:`DataError` naming the file."""
+    """One 32×32 8-bit RGB PNG/JPEG → uint8 (32, 32, 3) (Pillow); anything else (a 16-bit PNG too) is a DataError."""
     from PIL import Image
 
     try:
@@ -253,8 +242,7 @@ def _decode_image(name: str, raw: bytes) -> np.ndarray:
 
 
 def _folder_entries(root: Path):
-    """(relative path, kind, size, read) of ``root/train``, ``root/test`` and what they hold, hidden entries left
-    out; a symbolic link is followed only where it stays inside ``root``."""
+    """(relative path, kind, size, read) of ``root``'s splits and what they hold, links followed inside ``root``."""
     top, todo = root.resolve(), [root / s for s in SPLITS if (root / s).exists()]
     while todo:
         p = todo.pop()
@@ -268,8 +256,7 @@ def _folder_entries(root: Path):
 
 
 def _tar_entries(path: Path):
-    """(relative path, kind, size, read) of a tar's members, streamed: ``read`` only before the next; paths are
-    relative to the tree's top folder (the first member's if it is not a split)."""
+    """(path in the tree, kind, size, read) of a tar's members, streamed: ``read`` only before the next member."""
     top = None
     with open(path, "rb") as f:
         # by its magic bytes, read in bounded chunks (tarfile's r|* inflates each 10 KiB whole: a bz2 bomb fills GBs)
@@ -286,8 +273,7 @@ def _tar_entries(path: Path):
 
 
 def _images(path: Path, source: str, archive: bool) -> dict:
-    """``{path: bytes}`` (a tar's decoded as they stream), sorted, of a tree's ``<split>/<class>/<image>``: only regular
-    files ≤ :data:`MAX_IMAGE_BYTES` are read; anything else in a split is refused, hidden files and others ignored."""
+    """``{path: bytes}`` (a tar's decoded), sorted, of a tree's images (the rule: docs/cifar10-engine.md)."""
     images = {}
     try:
         for rel, kind, size, read in _tar_entries(path) if archive else _folder_entries(path):
@@ -313,7 +299,7 @@ def _arrays(images: dict, source: str, kind: str, key: str, batch_size: int | No
     if not train or train != test:
         raise DataError(f"{source}: train/ and test/ must hold images of the same classes (only in train: "
                         f"{sorted(train - test)}; only in test: {sorted(test - train)}). {HOW_TO_GET}")
-    _check_batch_size(len(order["train"]), batch_size, source)
+    check_batch_size(len(order["train"]), batch_size, source)
     for rel in tqdm([r for r, v in images.items() if isinstance(v, bytes)], desc=f"decoding {source}", unit="img",
                     file=sys.stderr, disable=not progress, leave=False):
         images[rel] = _decode_image(f"{source}: {rel}", images[rel])
@@ -336,7 +322,7 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
         os.fsencode(rel) + b"\0" + hashlib.sha256(raw).digest() for rel, raw in images.items())).hexdigest()
     cache = None if cache_dir is None else Path(cache_dir).expanduser() / f"image-folder-v{CACHE_VERSION}-{key}.npz"
     if cache is not None and cache.parent.is_dir():
-        remove_stale_leftovers(cache.parent)  # of writes that were killed
+        remove_leftovers(cache.parent, 3600)  # of killed writes (several processes may write there at once)
     if cache is not None and cache.is_file():  # used if its arrays hash to the sha256 it records, else rebuilt
         try:
             content = _read_npz(cache, (*NPZ_KEYS, "sha256"))
@@ -363,13 +349,11 @@ def load_image_folder(path, cache_dir="data/cache", progress=True, batch_size: i
 
 
 def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: int | None = None) -> CifarArrays:
-    """CIFAR-10 from ``data`` (module docstring); ``root``: the download folder, image folders cached in
-    ``root/cache``; ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
+    """CIFAR-10 from ``data`` (``--data``); ``root``: the download folder, image folders cached in ``root/cache``;
+    ``batch_size`` (if given) must not exceed the training images (checked before decoding)."""
     root = Path(root).expanduser()
-    path = None if isinstance(data, CifarArrays) else Path(str(data)).expanduser()
-    if isinstance(data, CifarArrays):
-        arrays = data
-    elif str(data) == "synthetic":
+    path = Path(str(data)).expanduser()
+    if str(data) == "synthetic":
         arrays = make_synthetic()
     elif str(data) == "auto":
         there = all((root / CIFAR10_FOLDER / n).is_file() for n in BATCH_FILES)
@@ -382,13 +366,12 @@ def load_cifar10(data="auto", root="data", md5=None, progress=True, batch_size: 
         arrays = load_npz(path)
     else:
         raise DataError(f"--data {data}: no such file or folder (expected 'auto', 'synthetic' or a path). {HOW_TO_GET}")
-    _check_batch_size(len(arrays.y_train), batch_size, arrays.source)
+    check_batch_size(len(arrays.y_train), batch_size, arrays.source)
     return arrays
 
 
 def make_synthetic(n_train: int = 2560, n_test: int = 512, seed: int = 0, noise: float = 40.0) -> CifarArrays:
-    """A learnable CIFAR-shaped stand-in (tests, smoke runs): each class a blocky random colour pattern plus pixel
-    noise; uint8 ``(N, 32, 32, 3)`` images, balanced shuffled labels."""
+    """A learnable CIFAR-shaped stand-in (tests, smoke runs): each class a blocky colour pattern, plus pixel noise."""
     if bad := next(((k, v) for k, v in (("n_train", n_train), ("n_test", n_test)) if not (is_int(v) and v >= 1)), 0):
         raise ValueError(f"{bad[0]} must be a positive integer; got {bad[1]!r}")
     rng, arrays = np.random.default_rng(seed), []

@@ -1,6 +1,5 @@
 """Chapter 6's committed results (:func:`committed_results`: a clone's ``results/``, or the repository archive's where
-only a pip install is around) and the runs of one experiment in a results tree (:func:`experiment_runs`).
-"""
+only a pip install is around) and the runs of one experiment in a results tree (:func:`experiment_runs`)."""
 from __future__ import annotations
 
 import hashlib
@@ -75,8 +74,7 @@ def committed_results(path="../results/cifar10-subset", *, cache_dir=None, archi
 
 
 def experiment_runs(source, name: str, *, schedules=None, seeds=None, require_seeds: bool = False) -> list[dict]:
-    """The runs (:func:`~explr.cifar10.runfolder.load_runs`) of experiment ``name`` in the results tree ``source``
-    (``source/name``; for ``main`` without that folder, the top of ``source``), of ``schedules`` and ``seeds`` if
+    """The runs of experiment ``name`` (``source/name``, or ``source`` for ``main``), of ``schedules`` and ``seeds`` if
     given; ``[]`` where it has no folder.  ``require_seeds``: a ``ValueError`` naming the seeds it lacks."""
     source = Path(source)
     folder = source / name if (source / name).is_dir() else (source if name == "main" else None)

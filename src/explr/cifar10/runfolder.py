@@ -1,7 +1,5 @@
-"""A run's folder ``<out>/<schedule>/seed<seed>/``: atomic writes, its lock (:class:`RunLock`: one writer per
-folder), the signals that end a run (:func:`handle_signals`), how a run stands or ended (:class:`Status`), its files
-(formats: docs/cifar10-engine.md, "A run folder"), :func:`check_run` (every check before a folder is used:
-:class:`RunError`, one line) and :func:`load_runs`."""
+"""A run's folder ``<out>/<schedule>/seed<seed>/``: atomic writes, its lock, the signals that end a run, its status,
+its files (formats: docs/cifar10-engine.md, "A run folder"), :func:`check_run` and :func:`load_runs`."""
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +19,10 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from collections import namedtuple
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, TypedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -66,17 +65,8 @@ def remove_leftovers(folder, older_than_s: float = -float("inf")) -> list[str]:
     return removed
 
 
-def remove_stale_leftovers(folder) -> list[str]:
-    """:func:`remove_leftovers` of a folder several processes write at once (the data cache): untouched for an hour."""
-    return remove_leftovers(folder, 3600)
-
-
 class DiskFull(Exception):
-    """The disk (or the quota) filled up while writing ``path``; ``str()`` is the line to show."""
-
-    def __init__(self, path, message: str = ""):
-        self.path = Path(path)
-        super().__init__(message or f"disk full while writing {path}")
+    """The disk (or the quota) filled up while writing a file; ``str()`` is the line to show."""
 
 
 def write_file(path, write) -> None:
@@ -85,7 +75,7 @@ def write_file(path, write) -> None:
         atomic_write(path, write)
     except (OSError, RuntimeError) as err:
         if any(getattr(e, "errno", None) in DISK_FULL_ERRNOS for e in (err, err.__cause__, err.__context__)):
-            raise DiskFull(path) from err
+            raise DiskFull(f"disk full while writing {path}") from err
         raise
 
 
@@ -149,7 +139,6 @@ class RunLocked(RunError):
 
 
 def _read_pid(fd: int) -> int | None:
-    """The pid written in the open lock file ``fd``, or None."""
     with contextlib.suppress(OSError, ValueError):
         return int(os.pread(fd, 32, 0))
     return None
@@ -183,7 +172,7 @@ def locked_message(folder: Path, pid: int | None) -> str:
 
 class RunLock:
     """An exclusive ``fcntl.flock`` (the kernel releases it however its process dies) on ``folder/.lock``, created with
-    the folder and never deleted; it holds the pid (one left unlocked: ``stale_pid``)."""
+    the folder and never deleted; it holds the pid (one left unlocked: a stale lock, see :func:`check_folder`)."""
 
     def __init__(self, folder):
         self.path = Path(folder) / LOCK
@@ -200,8 +189,6 @@ class RunLock:
                 time.sleep(0.05)
             else:
                 raise RunLocked(locked_message(self.path.parent, _read_pid(fd)))
-            previous = _read_pid(fd)
-            self.stale_pid = previous if previous != os.getpid() else None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException as err:
@@ -210,7 +197,7 @@ class RunLock:
             if isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.EISDIR):
                 raise not_a_lock(self.path) from None
             if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-                raise DiskFull(self.path) from None
+                raise DiskFull(f"disk full while writing {self.path}") from None
             raise
         self.fd = fd
         return self
@@ -253,9 +240,7 @@ def handle_signals():
 
 def exit_code(err: KeyboardInterrupt | DiskFull) -> int:
     """The exit code of a process ``err`` ended: 6 for a full disk, else 128 + the signal's number (SIGINT: 130)."""
-    if isinstance(err, DiskFull):
-        return Status.DISK_FULL.exit_code
-    return 128 + getattr(err, "signum", signal.SIGINT)  # a plain KeyboardInterrupt: ^C
+    return Status.DISK_FULL.exit_code if isinstance(err, DiskFull) else 128 + getattr(err, "signum", signal.SIGINT)
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
@@ -274,18 +259,9 @@ MAX_MANIFEST_BYTES = 1 << 24
 FORMAT = "explr.cifar10/1"
 _REMEDY = f"delete the file and rerun with --resume: it is rewritten from {CHECKPOINT}"
 
-#: the numbers of a finished epoch (:meth:`~explr.cifar10.runs.Trainer.epoch_metrics`)
-EpochMetrics = TypedDict("EpochMetrics", {
-    "epoch": int, "step": int, "train_loss": float, "train_acc": float, "test_loss": float, "test_acc": float,
-    "lr": Optional[float], "log_lr": float, "lr_opt": float, "rescale": float, "log2_rescale": int,
-    "rescale_count": int, "weight_norm": Optional[float], "weight_norm_opt": float, "effective_lr": float,
-})
-#: the wall-clock seconds of an epoch (all, training, evaluation) and its training images per second
-Timings = TypedDict("Timings", {"seconds": float, "train_seconds": float, "eval_seconds": float, "images_per_s": float})
-#: one line of metrics.jsonl: the epoch's numbers, then its timings
-MetricsRow = TypedDict("MetricsRow", {**EpochMetrics.__annotations__, **Timings.__annotations__})
-#: metrics that depend on wall-clock time (everything else is reproducible bit for bit on a CPU).
-TIMING_KEYS = tuple(Timings.__annotations__)
+#: a metrics.jsonl row's last keys, after :meth:`~explr.cifar10.runs.Trainer.epoch_metrics`'s: an epoch's wall-clock
+#: seconds (all, training, evaluation) and its images per second, the only values not reproducible bit for bit
+TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds", "images_per_s")
 #: the manifest's ``final``: the last row's epoch and the numbers a resume shows
 FINAL_KEYS = ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")
 #: the keys every checkpoint of this engine holds (older ones lack initial_loss, resolved, elapsed and format)
@@ -335,8 +311,7 @@ def serialize_checkpoint(state: dict) -> tuple[bytes, str]:
 
 
 def checkpoint_of(folder, manifest: dict) -> dict:
-    """``folder/checkpoint.pt``, checked: readable, with this engine's keys, and the file ``manifest`` recorded (its
-    sha256, when the manifest holds one).  :class:`RunError` saying what to do otherwise."""
+    """``folder/checkpoint.pt`` if readable, this engine's and the file ``manifest`` recorded; else a RunError."""
     path = Path(folder) / CHECKPOINT
     again = f"delete the folder {path.parent} to train this run again from the start"
     try:
@@ -372,9 +347,11 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, device_name: str, data: dict,
-                 epochs_done: int, elapsed: float) -> dict:
+def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.device, data: dict, epochs_done: int,
+                 elapsed: float) -> dict:
     """The manifest of a run starting (or resuming, ``previous`` its manifest) at ``epochs_done``, status running."""
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     return {**previous, "format": FORMAT, "status": Status.RUNNING, "message": "", "config": config,
             "resolved": resolved, "devices": list(dict.fromkeys([*previous.get("devices", []), device_name])),
             "data": data, "environment": {
@@ -385,25 +362,17 @@ def new_manifest(previous: dict, config: dict, resolved: dict, device: torch.dev
             "elapsed_seconds": elapsed}
 
 
-def write_manifest(path, manifest: dict) -> None:
-    """Write ``manifest`` as indented JSON at ``path``, atomically (:func:`~explr.cifar10.runfolder.write_file`)."""
+def write_manifest(path, manifest: dict, **changes) -> None:
+    """Update ``manifest`` with ``changes`` and the time, and write it as indented JSON at ``path``, atomically."""
+    manifest.update(changes, updated=_now())
     write_file(path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
-
-
-def record_epoch(path, manifest: dict, digest: str, epochs_done: int, elapsed: float) -> None:
-    """Record in ``manifest`` (and write at ``path``) an epoch whose checkpoint, of sha256 ``digest``, is written."""
-    manifest.update({"checkpoint_sha256": digest, "checkpoint_sha256_writing": None, "updated": _now(),
-                     "epochs_done": epochs_done, "elapsed_seconds": elapsed})
-    write_manifest(path, manifest)
 
 
 def record_end(path, manifest: dict, status: Status, message: str, elapsed: float, history: list) -> None:
     """Record in ``manifest`` (and write at ``path``) how the run ended, and its last row's :data:`FINAL_KEYS`."""
-    manifest.update({"status": status, "message": message, "updated": _now(), "elapsed_seconds": elapsed,
-                     "epochs_done": len(history)})
-    if history:
-        manifest["final"] = {k: history[-1][k] for k in FINAL_KEYS}
-    write_manifest(path, manifest)
+    final = {"final": {k: history[-1][k] for k in FINAL_KEYS}} if history else {}
+    write_manifest(path, manifest, status=status, message=message, elapsed_seconds=elapsed,
+                   epochs_done=len(history), **final)
 
 
 def read_manifest(path) -> dict:
@@ -442,13 +411,8 @@ def load_runs(out) -> list[dict]:
     return runs
 
 
-@dataclass
-class RunCheck:
-    """What :func:`check_run` found: its :class:`~explr.cifar10.runfolder.RunState`; ``note`` a line to show."""
-
-    state: RunState
-    epochs_done: int = 0
-    note: str = ""
+#: what :func:`check_run` found: its :class:`RunState`, the epochs done and a ``note`` to show
+RunCheck = namedtuple("RunCheck", "state epochs_done note", defaults=(0, ""))
 
 
 def config_record(config: TrainConfig) -> dict:
@@ -458,8 +422,7 @@ def config_record(config: TrainConfig) -> dict:
 
 
 def _resolved_mismatch(saved: dict, now: dict) -> list[str]:
-    """The resolved settings that differ: the device's type, the precision, the threads on a CPU (its results depend on
-    them); one unresolved (``auto``, ``None``: the training node checks it) is not compared."""
+    """The resolved settings that differ: device type, precision, threads on a CPU (not ``auto`` nor ``None``)."""
     def kind(resolved):
         return resolved.get("device") not in (None, "auto") and torch.device(resolved["device"]).type
 
@@ -490,8 +453,7 @@ def check_writable(path) -> None:
 
 
 def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str, dict] | None:
-    """:func:`check_run`'s checks before the data loads (path, folder, lock, a run there without ``resume``, manifest);
-    ``None`` where no folder exists, else (a stale lock's note or "", the manifest or {})."""
+    """:func:`check_run`'s checks that need no data; ``None`` without a folder, else (a stale lock's note, manifest)."""
     folder = Path(folder)
     _nearest_folder(folder, f"the run folder {folder}")
     if folder.is_symlink():
@@ -511,9 +473,6 @@ def check_folder(folder, resume: bool, holding_lock: bool = False) -> tuple[str,
     return note, read_manifest(folder / MANIFEST) if (folder / MANIFEST).exists() else {}
 
 
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
-
-
 def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, resolved: dict, *,
               holding_lock: bool = False) -> RunCheck:
     """Can ``config`` train on ``data`` into ``folder``: a resume with the same trajectory settings (one a checkpoint
@@ -523,7 +482,7 @@ def check_run(config: TrainConfig, folder, data: DataIdentity, resume: bool, res
     if not (folder / CHECKPOINT).exists():
         return RunCheck(RunState.NEW, note=note)
     saved = checkpoint_of(folder, manifest)
-    old = {k: saved["config"].get(k, _DEFAULTS[k]) for k in TRAJECTORY_KEYS}
+    old = {k: saved["config"].get(k, getattr(TrainConfig, k)) for k in TRAJECTORY_KEYS}
     now = config_record(config)
     diff = [f"{k}={old[k]!r} (now {now[k]!r})" for k in TRAJECTORY_KEYS if old[k] != now[k]]
     diff += _resolved_mismatch(saved.get("resolved") or manifest.get("resolved", {}), resolved)

@@ -1,8 +1,6 @@
-"""One run: the hot loop (:class:`Trainer`), the on-device sampler (:class:`DeviceData`: a random 32×32 crop of the
-zero-padded image, flipped with probability ½, He et al. 2016; epoch ``e``'s from ``(seed, e)`` alone) and the run
-trained into its folder (:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`, :class:`RunResult`).  The
-exponential schedules play through :class:`~explr.lr_scheduler.PerStepLR` (Li & Arora 2020, Lemma 2.6).
-"""
+"""One run: the on-device sampler (:class:`DeviceData`), the hot loop (:class:`Trainer`; the exponential schedules
+play through :class:`~explr.lr_scheduler.PerStepLR`, Li & Arora 2020, Lemma 2.6) and the run trained into its folder
+(:func:`prepare_run`, :func:`train_prepared`, :func:`train_run`)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +8,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,31 +23,23 @@ from ..lr_scheduler import PerStepLR, check_rescale_above
 from ..models import PreResNet
 from ..params import is_int
 from ..schedules import Schedule
-from .config import (TrainConfig, device_name, param_dtype, played_schedule, rescale_limit, resolve_device,
+from .config import (TrainConfig, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
-from .data import CifarArrays, DataIdentity, load_cifar10
-from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, EpochMetrics, MetricsRow, RunCheck,
-                        RunError, RunLock, RunState, Status, check_run, checkpoint_of, checkpoint_state, config_record,
-                        new_manifest, read_manifest, read_metrics, record_end, record_epoch, remove_leftovers,
-                        serialize_checkpoint, signal_name, write_file, write_manifest, write_metrics)
+from .data import CifarArrays, DataIdentity, check_batch_size, load_cifar10
+from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, RunCheck, RunError, RunLock, RunState,
+                        Status, check_run, checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest,
+                        read_metrics, record_end, remove_leftovers, serialize_checkpoint, signal_name,
+                        write_file, write_manifest, write_metrics)
 
 
-# ----------------------------------------------------------------------------- on-device sampler
-@dataclass(frozen=True)
-class EpochPlan:
-    """One epoch's randomness on the device: example order, crop offsets and flips (length ``steps·batch``)."""
-
-    epoch: int
-    index: torch.Tensor  # (n,) example ids, in the order they are used
-    base: torch.Tensor  # (n,) pixel offset of each example's crop window in the padded uint8 store
-    flip: torch.Tensor  # (n, 1) bool
-    steps: int
-    batch_size: int
+#: one epoch's randomness on the device, n = ``steps·batch_size``: the example ids in the order used (``index``, (n,)),
+#: the pixel offset of each crop window in the padded uint8 store (``base``, (n,)) and the flips (``flip``, (n, 1) bool)
+EpochPlan = namedtuple("EpochPlan", "epoch index base flip steps batch_size")
 
 
 class DeviceData:
-    """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std`` (the training set's
-    per-channel statistics), ``(B, 3, H, W)`` in ``dtype``; an epoch is ``n_train // batch_size`` full batches."""
+    """The dataset on ``device`` as uint8; a batch is ``(crop_flip(x) / 255 − mean) / std``, ``(B, 3, H, W)``: a random
+    crop of the zero-padded image, flipped with probability ½ (He et al. 2016), drawn from ``(seed, epoch)``."""
 
     def __init__(self, arrays: CifarArrays, device="cpu", dtype=torch.float32, channels_last=True,
                  pad: int = 4, augment: bool = True):
@@ -119,7 +110,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def _finite(fn, *args) -> float | None:
-    """``fn(*args)`` (``math.exp``, ``math.ldexp``), or None (JSON null) where it exceeds float64."""
+    """``fn(*args)``, or None (JSON null) where it exceeds float64."""
     try:
         return fn(*args)
     except OverflowError:
@@ -222,7 +213,7 @@ class Trainer:
         n = self.data.n_test
         return loss_sum.item() / n, correct.item() / n
 
-    def epoch_metrics(self, epoch: int, sums, evaluation) -> EpochMetrics:
+    def epoch_metrics(self, epoch: int, sums, evaluation) -> dict:
         """A finished epoch's numbers: losses, accuracies, the schedule's lr (``None`` beyond float64; ``log_lr``),
         the optimizer's lr_opt = lr · R (R = 2^``log2_rescale``), ‖θ‖ = ‖θ_opt‖/√R, the effective lr lr_opt/‖θ_opt‖².
         Non-finite weights or test loss raise :class:`TrainingDiverged`."""
@@ -236,7 +227,7 @@ class Trainer:
         lr_opt = (math.ldexp(lr_sched, sched.log2_rescale) if lr_sched is not None
                   else math.exp(log_lr + sched.log2_rescale * math.log(2)))
         norm = _finite(math.ldexp, norm_opt, -sched.log2_rescale // 2)  # log2_rescale is even: √R is exact
-        return EpochMetrics(
+        return dict(
             epoch=epoch + 1, step=(epoch + 1) * S, train_loss=loss_sum / S, train_acc=correct / n,
             test_loss=test_loss, test_acc=test_acc, lr=lr_sched, log_lr=log_lr, lr_opt=lr_opt,
             rescale=sched.rescale, log2_rescale=sched.log2_rescale, rescale_count=sched.rescale_count,
@@ -265,11 +256,9 @@ class Trainer:
         self.initial_loss = state.get("initial_loss")
 
 
-# ----------------------------------------------------------------------------- one run in its folder
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: ``config`` (validated), ``folder``, ``resume``, ``resolved`` settings, its ``data``'s
-    identity, the ``schedule`` it plays, what ``check`` found in its folder (``check.state``: new, resume, finished)."""
+    """A run ready to train (:func:`prepare_run`): what it plays on which data, and what ``check`` found there."""
 
     config: TrainConfig
     folder: Path
@@ -279,12 +268,6 @@ class PreparedRun:
     schedule: Schedule
     check: RunCheck
 
-    def check_data(self, arrays: CifarArrays) -> None:
-        """:class:`RunError` unless ``arrays`` are the data this run was prepared with."""
-        if arrays.sha256 != self.data.sha256:
-            raise RunError(f"{self.folder}: the run was prepared for the data {self.data.source} (sha256 "
-                           f"{self.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
-
 
 def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: bool = False, jobs: int = 1,
                 resolved: dict | None = None) -> PreparedRun:
@@ -293,9 +276,7 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     config.validate()
     resolved = resolved if resolved is not None else resolved_settings(config, jobs)
     folder, data, limit = Path(folder), arrays.identity, rescale_limit(config)
-    if config.batch_size > data.n_train:
-        raise ValueError(f"batch_size (--batch-size) {config.batch_size} exceeds the {data.n_train} training images "
-                         f"of {data.source}")
+    check_batch_size(data.n_train, config.batch_size, data.source)
     where = (f"schedule {config.schedule} (seed {config.seed}; --lr {config.lr:g}, --wd {config.wd:g}, --momentum "
              f"{config.momentum:g}, --epochs {config.epochs}{'' if limit is None else f', --rescale-above {limit:g}'})")
     try:
@@ -311,11 +292,9 @@ def prepare_run(config: TrainConfig, folder, arrays: CifarArrays, *, resume: boo
     return PreparedRun(config, folder, resume, resolved, data, schedule, check)
 
 
-# ----------------------------------------------------------------------------- a full run
 @dataclass(frozen=True)
 class RunResult:
-    """What became of one run: its folder ``out``, :class:`Status`, epochs done (``None``: not said), a message, its
-    metrics rows, the ``job_id`` of a run submitted without waiting; :attr:`final` is its last metrics row."""
+    """What became of one run (``epochs_done``: ``None`` if not said; ``job_id``: a job submitted without waiting)."""
 
     out: Path
     status: Status
@@ -326,14 +305,12 @@ class RunResult:
 
     @property
     def final(self) -> dict | None:
-        """The last metrics row (``None`` before the first epoch finished)."""
         return self.metrics[-1] if self.metrics else None
 
 
 def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, resume: bool = False,
               progress: bool = True, position: int = 0, stop_after: int | None = None, model=None) -> RunResult:
-    """Train one run into the folder ``out``: :func:`prepare_run`, then :func:`train_prepared`.  ``resume=True``
-    continues from ``out``'s checkpoint if there is one (a finished run is returned as it is)."""
+    """Train one run into the folder ``out`` (``resume``: from its checkpoint): prepare it, then train it."""
     config.validate()
     arrays = (load_cifar10(config.data, config.data_root, progress=progress, batch_size=config.batch_size)
               if arrays is None else arrays)
@@ -343,20 +320,20 @@ def train_run(config: TrainConfig, out, arrays: CifarArrays | None = None, *, re
 
 def train_prepared(run: PreparedRun, arrays: CifarArrays | None = None, *, progress: bool = True, position: int = 0,
                    stop_after: int | None = None, model=None) -> RunResult:
-    """Train the prepared ``run`` on ``arrays`` (its data; loaded if ``None``): the trainer built, then the lock
-    taken, a killed writer's temporary files removed, the folder checked again.  ``stop_after=k``: stop after epoch
-    k ("interrupted"); ``model``: see :class:`Trainer`.  Divergence, a signal, a full disk: recorded, then raised."""
+    """Train the prepared ``run`` on ``arrays`` (loaded if ``None``) under its lock, its folder checked again there;
+    ``stop_after=k``: stop after epoch k ("interrupted").  Divergence, a signal, a full disk: recorded, then raised."""
     c = run.config
     if arrays is None:
         arrays = load_cifar10(c.data, c.data_root, progress=progress, batch_size=c.batch_size)
-    run.check_data(arrays)
+    if arrays.sha256 != run.data.sha256:
+        raise RunError(f"{run.folder}: the run was prepared for the data {run.data.source} (sha256 "
+                       f"{run.data.sha256[:12]}…), not {arrays.source} ({arrays.sha256[:12]}…); prepare it again")
     trainer = None if run.check.state is RunState.FINISHED else _trainer(run, arrays, model)  # before the lock
-    with RunLock(run.folder) as lock:  # creates the folder
+    with RunLock(run.folder):  # creates the folder
         remove_leftovers(run.folder)
         check = check_run(c, run.folder, run.data, run.resume, run.resolved, holding_lock=True)
-        if lock.stale_pid:
-            print(f"{run.folder}: stale lock of process {lock.stale_pid} (killed?); continuing from its last "
-                  "checkpoint", file=sys.stderr)
+        if run.check.note:  # a stale lock, seen when the run was prepared
+            print(run.check.note, file=sys.stderr)
         if check.state is RunState.FINISHED:
             return _finished(run.folder)
         trainer = trainer or _trainer(run, arrays, model)
@@ -394,8 +371,7 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
         trainer.load_state_dict(saved)
         history, start, elapsed = list(saved["metrics"]), int(saved["epoch"]), float(saved.get("elapsed", 0.0))
     record = config_record(config)
-    manifest = new_manifest(previous, record, trainer.describe(), trainer.device, device_name(trainer.device),
-                            arrays.describe(), start, elapsed)
+    manifest = new_manifest(previous, record, trainer.describe(), trainer.device, arrays.describe(), start, elapsed)
     S = trainer.steps_per_epoch
     bar = tqdm(total=config.epochs * S, initial=start * S, desc=f"{config.schedule} seed {config.seed}",
                disable=not progress, position=position, dynamic_ncols=True, unit="step", file=sys.stderr)
@@ -410,17 +386,18 @@ def _train(run: PreparedRun, arrays, trainer: Trainer, progress, position, stop_
             evaluation = trainer.evaluate()
             t2 = time.perf_counter()
             timings = (t2 - t0, t1 - t0, t2 - t1, sums[2] / (t1 - t0))
-            row = MetricsRow(**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings)))
+            row = {**trainer.epoch_metrics(epoch, sums, evaluation), **dict(zip(TIMING_KEYS, timings))}
             elapsed += time.perf_counter() - t0
             state = checkpoint_state(trainer.state_dict(), epoch + 1, history + [row], record, run.resolved,
                                      arrays.sha256, elapsed)
             data, digest = serialize_checkpoint(state)
-            manifest["checkpoint_sha256_writing"] = digest  # first: a kill between the writes leaves either accepted
-            write_manifest(out / MANIFEST, manifest)
+            # first: a kill between the two writes leaves either checkpoint accepted
+            write_manifest(out / MANIFEST, manifest, checkpoint_sha256_writing=digest)
             write_file(out / CHECKPOINT, lambda f, data=data: f.write(data))
             history.append(row)
             write_metrics(out / METRICS, history)  # a resume rewrites them from the checkpoint anyway
-            record_epoch(out / MANIFEST, manifest, digest, epoch + 1, elapsed)
+            write_manifest(out / MANIFEST, manifest, checkpoint_sha256=digest, checkpoint_sha256_writing=None,
+                           epochs_done=epoch + 1, elapsed_seconds=elapsed)
             shown(S, *sums)  # the epoch's loss and accuracies
             if stop_after is not None and epoch + 1 >= stop_after and epoch + 1 < config.epochs:
                 status, message = Status.INTERRUPTED, f"stopped after epoch {epoch + 1} (stop_after)"

@@ -1,7 +1,5 @@
-"""Many runs: every run checked before any starts (:func:`prepare`), then trained here, in worker processes
-(:func:`run_many`, :func:`run_plan`: worker i on GPU i mod G) or as submitit jobs (:func:`submit`: each resolves its
-device, precision and threads on its own node; SLURM's requeue resumes it from its last checkpoint).
-"""
+"""Many runs: every run checked before any starts (:func:`prepare`), then trained here (:func:`run_many`,
+:func:`run_plan`: worker i on GPU i mod G) or as submitit jobs on their own nodes (:func:`submit`)."""
 from __future__ import annotations
 
 import contextlib
@@ -24,11 +22,9 @@ from .runfolder import (MANIFEST, METRICS, DiskFull, RunError, RunLocked, RunSta
 from .runs import PreparedRun, RunResult, TrainingDiverged, prepare_run, train_prepared
 
 
-# ----------------------------------------------------------------------------- checks before anything starts
 def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, jobs: int = 1,
                       skip_locked: bool = False, here: bool = True) -> list[dict]:
-    """The checks of :func:`prepare` that need no data (a held folder, with ``skip_locked``, is left to it); returns
-    each config's resolved settings (``here=False``: left to the node that trains).  Creates nothing."""
+    """:func:`prepare`'s checks that need no data; each config's resolved settings (``here=False``: as given)."""
     if not configs:
         raise ValueError("no runs: give at least one --schedule and --seed")
     if not JOBS.ok(jobs):
@@ -46,9 +42,8 @@ def check_before_data(configs: list[TrainConfig], out, *, resume: bool = False, 
 
 def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, resume: bool = False,
             jobs: int = 1, skip_locked: bool = False, progress: bool = True, here: bool = True):
-    """Check every run of the sweep and show its notes (stale locks); creates nothing.  Returns ``(arrays, runs)``:
-    the data (loaded once if not given), each config's :class:`~explr.cifar10.runs.PreparedRun` (with
-    ``skip_locked``, the :class:`RunLocked` of a run a live process holds)."""
+    """Check every run of the sweep; creates nothing.  ``(arrays, runs)``: the data (loaded once if
+    not given), each config's :class:`~explr.cifar10.runs.PreparedRun` (``skip_locked``: or its :class:`RunLocked`)."""
     sources = {(c.data, c.data_root) for c in configs}
     if arrays is None and len(sources) > 1:
         raise ValueError("the runs of one sweep must use the same --data")
@@ -65,20 +60,14 @@ def prepare(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = Non
             if not skip_locked:
                 raise
             runs.append(err)
-    for run in runs:
-        if not isinstance(run, RunLocked) and run.check.note:
-            print(run.check.note, file=sys.stderr)
     return arrays, runs
 
 
-# ----------------------------------------------------------------------------- several runs on this machine
 def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """Train every config into ``run_dir(out, schedule, seed)``, up to ``jobs`` at once, all checked first
-    (:func:`prepare`); one :class:`~explr.cifar10.runs.RunResult` per run, in order.  A diverged or "locked" run
-    (taken meanwhile) is reported and the others go on.  At ``deadline`` (a ``time.time()``) running runs stop
-    ("interrupted") and the rest stay "not started"; ``log_file``: each run's output, in its folder."""
+    """Train every config into ``run_dir(out, schedule, seed)``, up to ``jobs`` at once, all checked first; one
+    :class:`~explr.cifar10.runs.RunResult` per run, in order (``deadline``, ``log_file``: docs/cifar10-engine.md)."""
     return run_plan({"": configs}, out, arrays=arrays, jobs=jobs, resume=resume, progress=progress,
                     deadline=deadline, log_file=log_file)
 
@@ -86,8 +75,7 @@ def run_many(configs: list[TrainConfig], out, *, arrays: CifarArrays | None = No
 def run_plan(plan: dict[str, list[TrainConfig]], out, *, arrays: CifarArrays | None = None, jobs: int = 1,
              resume: bool = False, progress: bool = True, deadline: float | None = None,
              log_file: str | None = None) -> list[RunResult]:
-    """:func:`run_many` of a plan (:func:`~explr.cifar10.config.experiment_plan`): experiment ``name``'s runs into
-    ``<out>/<name>/``, all checked before one pool of ``jobs`` (the threads of each run's) trains them."""
+    """:func:`run_many` of a plan (:func:`~explr.cifar10.config.experiment_plan`): ``name``'s runs in ``out/name``."""
     runs = []
     for name, group in plan.items():
         arrays, prepared = prepare(group, Path(out) / name, arrays=arrays, resume=resume, jobs=jobs, progress=progress)
@@ -177,8 +165,7 @@ def _run_processes(runs, arrays, jobs, progress, deadline=None, log_file=None) -
 
 
 def _folder_result(folder, code: int | None = None) -> RunResult:
-    """The result of a run another process trained, as its manifest and metrics tell it, unless its worker's exit
-    ``code`` says locked, disk full or failed and they do not (``None``: never started, or stopped)."""
+    """A run another process trained, as its files tell it, unless its worker's exit ``code`` says otherwise."""
     folder = Path(folder)
     try:
         m = read_manifest(folder / MANIFEST)
@@ -195,8 +182,7 @@ def _folder_result(folder, code: int | None = None) -> RunResult:
 
 
 def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
-    """The four arrays as tensors in shared memory (a spawned worker gets them without a copy), and the rest of
-    ``arrays``; ``None`` where ``/dev/shm`` has no room (each worker then loads the data itself)."""
+    """``arrays`` as shared-memory tensors and the rest, for spawned workers; ``None`` where ``/dev/shm`` is full."""
     names = ("x_train", "y_train", "x_test", "y_test")
     with contextlib.suppress(OSError):
         if shutil.disk_usage("/dev/shm").free > 2 * sum(getattr(arrays, k).nbytes for k in names):
@@ -205,7 +191,6 @@ def share_arrays(arrays: CifarArrays) -> tuple[dict, dict] | None:
     return None
 
 
-# ----------------------------------------------------------------------------- a cluster, through submitit
 def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, partition: str | None = None,
                    account: str | None = None, gpus_per_run: int = 0, cpus_per_run: int | None = None,
                    wait: bool = True, timeout_min: int | None = None) -> None:
@@ -224,8 +209,7 @@ def check_launcher(launcher: str, *, jobs: int = 1, cluster: str | None = None, 
 
 
 def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
-    """``--device cuda[:N]`` needs ``gpus_per_run`` > N: a job sees only the GPUs it asks for (whether it has them: its
-    node's check).  One ``ValueError`` line otherwise."""
+    """``--device cuda[:N]`` needs ``gpus_per_run`` > N (a job sees only the GPUs it asks for); else a ValueError."""
     for c in configs:
         if c.validate().device.startswith("cuda") and int(c.device[5:] or 0) >= gpus_per_run:
             raise ValueError(f"device (--device) {c.device!r}: the jobs ask for {gpus_per_run} GPU(s) "
@@ -234,8 +218,7 @@ def check_gpus(configs: list[TrainConfig], gpus_per_run: int) -> None:
 
 @dataclasses.dataclass
 class RunJob:
-    """A prepared run as a submitit job: trained on its node, with the data loaded and the device, precision and
-    threads resolved there (a stopped run: its result's status); ``checkpoint`` requeues it resuming."""
+    """A prepared run as a submitit job: its data, device, precision and threads resolved on its node."""
 
     run: PreparedRun
 
@@ -252,27 +235,12 @@ class RunJob:
         return DelayedSubmission(RunJob(dataclasses.replace(self.run, resume=True)))
 
 
-def check_slurm(flags: list[str]) -> None:
-    """Ask SLURM whether it would run a job with ``flags`` (``sbatch --test-only``: nothing is submitted); no
-    ``sbatch``, an unknown partition or account, or resources the cluster lacks is one ``ValueError`` line."""
-    try:
-        r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:  # no sbatch (not a SLURM cluster?), or no answer
-        raise ValueError(f"--cluster slurm: sbatch failed ({err}); --cluster local runs the jobs here") from None
-    if r.returncode != 0:
-        lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-        lines = lines or [f"exit code {r.returncode}"]
-        reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
-        raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
-
-
 def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: bool = False, wait: bool = True,
-           folder=None, timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
+           timeout_min: int = 60, gpus_per_run: int = 0, partition: str | None = None,
            account: str | None = None, cpus_per_run: int | None = None) -> list[RunResult]:
-    """Check the sweep (:func:`prepare`, but for what the node resolves), then submit each run as one job of a
-    submitit job array on ``cluster`` (``"slurm"``, or ``"local"``: processes here); ``folder``: submitit's files.
-    Finished runs and runs a live process holds ("locked") are not submitted.  One :class:`RunResult` per run once
-    every job ended, or, ``wait=False``, at once with its ``job_id``.  A Ctrl-C while waiting cancels local jobs."""
+    """Check the sweep (but for what the node resolves), then submit each run but the finished and "locked" ones as a
+    job of a submitit array on ``cluster`` (``"slurm"``, or ``"local"``: processes here); one :class:`RunResult` per
+    run once every job ended, or (``wait=False``) at once with its ``job_id``.  Ctrl-C cancels local jobs."""
     try:
         import submitit
     except ImportError:
@@ -294,9 +262,19 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
     if cluster == "slurm":
         asked = {"time": timeout_min, "partition": partition, "account": account, "gpus-per-node": gpus_per_run,
                  "cpus-per-task": cpus_per_run}
-        check_slurm([f"--{name}={value}" for name, value in asked.items() if value])
+        flags = [f"--{name}={value}" for name, value in asked.items() if value]
+        try:  # would SLURM run these jobs? (--test-only submits nothing)
+            r = subprocess.run(["sbatch", "--test-only", *flags, "--wrap=true"], capture_output=True, text=True,
+                               timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:  # no sbatch (not a SLURM cluster?), or no answer
+            raise ValueError(f"--cluster slurm: sbatch failed ({err}); --cluster local runs the jobs here") from None
+        if r.returncode != 0:
+            lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+            lines = lines or [f"exit code {r.returncode}"]
+            reason = next((line.split("error:", 1)[1].strip() for line in lines if "error:" in line), lines[0])
+            raise ValueError(f"--cluster slurm: SLURM refuses these jobs ({' '.join(flags)}): {reason}")
     try:  # a plain folder: submitit puts %j in file names (a "%j" folder would stay literal for local jobs)
-        executor = submitit.AutoExecutor(folder=Path(folder or Path(out) / ".submitit"), cluster=cluster)
+        executor = submitit.AutoExecutor(folder=Path(out) / ".submitit", cluster=cluster)
     except RuntimeError as err:  # e.g. no srun: not on a SLURM cluster
         raise ValueError(f"--cluster {cluster}: {err}") from None
     slurm = {"slurm_partition": partition, "slurm_account": account} if cluster == "slurm" else {}
@@ -311,8 +289,7 @@ def submit(configs: list[TrainConfig], out, *, cluster: str = "slurm", resume: b
 
 
 def _wait_for(jobs: dict, dirs: list, cluster: str) -> dict:
-    """{index: result} of every job once all ended: it wrote its result, or ``job.done()`` (``sacct``'s state)
-    sees it ended without one (status "failed"); without ``sacct`` only the result files end the wait."""
+    """{index: result} of every job once each wrote its result or (``sacct`` answering) ended without one."""
     pending, results, why = dict(jobs), {}, ""
     if cluster == "slurm":  # does SLURM's accounting answer for the jobs?
         try:
