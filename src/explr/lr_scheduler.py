@@ -381,7 +381,8 @@ class PerStepLR(LRScheduler):
         momentum, ``rescale_above``, the groups' lr ratios) with ``ValueError`` before anything is changed."""
         keys = set(state_dict) if isinstance(state_dict, dict) else set()
         if keys != set(STATE_KEYS):
-            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {sorted(set(STATE_KEYS) - keys)}"
+            missing = sorted(set(STATE_KEYS) - keys)
+            raise ValueError(f"PerStepLR.load_state_dict: not a PerStepLR state: missing {missing}"
                              f", unexpected {sorted(keys - set(STATE_KEYS))}")
         saved = _trajectory(state_dict)
         for name, value in _trajectory(self.state_dict()).items():

@@ -19,7 +19,8 @@ from torch import nn
 from ..invariance import step_angle, trainable_parameters
 
 __all__ = ["FlatProblem", "FlowResult", "integrate_flow", "gradient_descent", "GDComparison", "discretisation_error",
-           "reparametrised_time", "angular_updates", "smooth_activations", "CompositeBatchNorm1d", "composite_batchnorm"]
+           "reparametrised_time", "angular_updates", "smooth_activations", "CompositeBatchNorm1d",
+           "composite_batchnorm"]
 
 
 def smooth_activations(model: nn.Module, activation=nn.Tanh) -> nn.Module:

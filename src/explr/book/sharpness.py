@@ -26,7 +26,8 @@ class PowerIteration:
     converged: bool
 
 
-def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10, seed: int = 0) -> PowerIteration:
+def power_iteration(problem: FlatProblem, theta, iters: int = 1000, tol: float = 1e-10,
+                    seed: int = 0) -> PowerIteration:
     """Power iteration v ← Av/‖Av‖ on A = ∇²R(θ) until ‖Av‖ changes by less than ``tol`` relatively; converged
     when the residual ‖Av − μv‖/‖Av‖ is below 10·√tol."""
     if iters < 1 or not tol > 0:

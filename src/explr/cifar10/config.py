@@ -125,8 +125,8 @@ class TrainConfig:
                              "CUDA, fp32 elsewhere", Choice(PRECISIONS), "hardware", trajectory="resolved")
     channels_last: bool = setting(True, "channels_last memory format for images and convolutions", Flag(),
                                   "hardware", trajectory=False)
-    compile: str = setting("none", "torch.compile mode for the model", Choice(("none", "default", "reduce-overhead", "max-autotune")), "hardware",
-                           trajectory=False)
+    compile: str = setting("none", "torch.compile mode for the model",
+                           Choice(("none", "default", "reduce-overhead", "max-autotune")), "hardware", trajectory=False)
     threads: int | None = setting(
         None, "torch CPU threads (default: the CPUs this process may use (its CPU affinity), minus one "
         "left for everything else; 1 per run on a GPU); results on a CPU depend on it; at most 1024, more than "

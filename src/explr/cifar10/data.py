@@ -19,14 +19,13 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
 from ..params import is_int
 from .config import available_memory
-from .runfolder import atomic_write, remove_leftovers
+from .runfolder import DataIdentity, atomic_write, remove_leftovers
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -55,10 +54,6 @@ class DataError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(os.fsencode(message).decode("utf-8", "backslashreplace").split()))
-
-
-#: which data a run trains on, without the images: its source's name, the arrays' sha256, the training images.
-DataIdentity = NamedTuple("DataIdentity", [("source", str), ("sha256", str), ("n_train", int)])
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,15 @@ import time
 from collections import namedtuple
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .config import RESOLVED_KEYS, TRAJECTORY_KEYS, TrainConfig
 
-if TYPE_CHECKING:  # data.py imports this module (atomic_write)
-    from .data import DataIdentity
 
-
+#: which data a run trains on, without the images: its source's name, the arrays' sha256, the training images.
+DataIdentity = namedtuple("DataIdentity", "source sha256 n_train")
 #: the name :func:`atomic_write` gives a temporary file: ``.<target>.<pid>.<8 random characters>.tmp``
 TMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.tmp")
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

@@ -25,10 +25,10 @@ from ..params import is_int
 from ..schedules import Schedule
 from .config import (TrainConfig, param_dtype, played_schedule, rescale_limit, resolve_device,
                      resolve_precision, resolved_settings)
-from .data import CifarArrays, DataIdentity, check_batch_size, load_cifar10
-from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DiskFull, RunCheck, RunError, RunLock, RunState,
-                        Status, check_run, checkpoint_of, checkpoint_state, config_record, new_manifest, read_manifest,
-                        read_metrics, record_end, remove_leftovers, serialize_checkpoint, signal_name,
+from .data import CifarArrays, check_batch_size, load_cifar10
+from .runfolder import (CHECKPOINT, MANIFEST, METRICS, TIMING_KEYS, DataIdentity, DiskFull, RunCheck, RunError, RunLock,
+                        RunState, Status, check_run, checkpoint_of, checkpoint_state, config_record, new_manifest,
+                        read_manifest, read_metrics, record_end, remove_leftovers, serialize_checkpoint, signal_name,
                         write_file, write_manifest, write_metrics)
 
 
