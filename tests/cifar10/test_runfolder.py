@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import struct
 import time
@@ -263,24 +264,31 @@ def test_the_checkpoint_must_be_the_one_the_manifest_recorded(manifest, tmp_path
 
 
 # ----------------------------------------------------------------------------- hostile run files
+@pytest.mark.parametrize("kind", ["nested", "/dev/zero", "fifo"])
+@pytest.mark.parametrize("name, state, epochs, remedy", [("manifest.json", "unfinished", "2", "delete"),
+                                                         ("metrics.jsonl", "finished", "1", "delete the file")])
+def test_a_hostile_run_file_is_one_line_naming_it_and_what_to_delete(name, state, epochs, remedy, kind, request, npz,
+                                                                      capsys, no_hang):
+    """A run file nested too deeply to parse, or replaced by /dev/zero or a FIFO: one line, exit 2, no hang; load_runs
+    refuses it in one line too."""
+    run = request.getfixturevalue(state)
+    out, path = run.parents[1], run / name
+    if kind == "nested":
+        path.write_text(deeply_nested() + "\n")
+        match = f"{name} line 1 is not a JSON" if name == "metrics.jsonl" else f"{name} is unreadable (maximum"
+    else:
+        replace_by(path, kind)
+        match = f"{name} is unreadable (not a regular file"
+    err = one_line([*cli(out, npz, "--epochs", epochs), "--resume"], capsys, match)
+    assert str(path) in err and remedy in err
+    with pytest.raises(RunError, match=re.escape(match)) as raised:
+        load_runs(out)
+    assert "\n" not in str(raised.value)
+
+
 @pytest.mark.usefixtures("one_thread")
 class TestDamagedManifest:
-    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
-    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
-
-    @pytest.mark.parametrize("edit, match", [
-        (lambda run: (run / "manifest.json").write_text(deeply_nested()), "manifest.json is unreadable (maximum"),
-        (lambda run: replace_by(run / "manifest.json", "/dev/zero"), "manifest.json is unreadable (not a regular file"),
-        (lambda run: replace_by(run / "manifest.json", "fifo"), "manifest.json is unreadable (not a regular file"),
-    ], ids=["nested", "/dev/zero", "fifo"])
-    def test_a_hostile_manifest_is_one_line_naming_it(self, edit, match, unfinished, npz, capsys, no_hang):
-        out = unfinished.parents[1]
-        edit(unfinished)
-        err = one_line([*cli(out, npz, "--epochs", "2"), "--resume"], capsys, match)
-        assert str(unfinished / "manifest.json") in err and "delete" in err
-        with pytest.raises(RunError, match=r"manifest\.json") as raised:
-            load_runs(out)
-        assert "\n" not in str(raised.value)
+    """A manifest.json the engine never writes is one line naming it, exit code 2."""
 
     def test_a_manifest_larger_than_any_the_engine_writes_is_refused_unread(self, unfinished, npz, capsys, monkeypatch):
         with open(unfinished / "manifest.json", "ab") as f:
@@ -349,26 +357,6 @@ class TestMetricsOfAFinishedRun:
             assert main(argv) == 0
             assert (run / "metrics.jsonl").read_text() == "".join(lines)
         np.testing.assert_array_equal(load_runs(out)[0]["metrics"]["epoch"], [1, 2])
-
-
-# ----------------------------------------------------------------------------- hostile run files
-@pytest.mark.usefixtures("one_thread")
-class TestDamagedMetricsFiles:
-    """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
-    flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
-
-    @pytest.mark.parametrize("edit, match", [
-        (lambda run: (run / "metrics.jsonl").write_text(deeply_nested() + "\n"), "metrics.jsonl line 1 is not a JSON"),
-        (lambda run: replace_by(run / "metrics.jsonl", "/dev/zero"), "metrics.jsonl is unreadable (not a regular file"),
-        (lambda run: replace_by(run / "metrics.jsonl", "fifo"), "metrics.jsonl is unreadable (not a regular file"),
-    ], ids=["nested", "/dev/zero", "fifo"])
-    def test_a_hostile_metrics_file_is_one_line_naming_it(self, edit, match, finished, npz, capsys, no_hang):
-        out = finished.parents[1]
-        edit(finished)
-        err = one_line([*cli(out, npz, "--epochs", "1"), "--resume"], capsys, match)
-        assert "delete the file" in err
-        with pytest.raises(RunError, match=match.replace("(", r"\(")):
-            load_runs(out)
 
 
 # ----------------------------------------------------------------------------- metrics.jsonl in a run folder
@@ -470,7 +458,7 @@ def test_atomic_write_names_its_temporary_file_with_its_pid(tmp_path):
     assert match and match["target"] == "x.npz" and int(match["pid"]) == os.getpid()
 
 
-# ----------------------------------------------------------------------------- hostile run files
+# ----------------------------------------------------------------------------- hostile locks
 class TestHostileLocks:
     """Run folders and flags a hostile or careless user can hand the engine: each is one line naming the file or
     flag (exit code 2, or 6 for a full disk), and nothing outside the engine's own files is written or deleted."""
